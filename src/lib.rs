@@ -1,0 +1,40 @@
+//! Delayed and periodic work for Tokio services.
+//!
+//! `punctual` provides two things, modelled on the JDK's `DelayQueue` and
+//! `ScheduledThreadPoolExecutor`:
+//!
+//! - [`DelayQueue`]: an async min-heap of values ordered by deadline, shared
+//!   by any number of producers and consumers. Removing or rescheduling an
+//!   entry by its [`Key`] costs O(log n), and waiting consumers use
+//!   Leader-Follower so that only one of them holds a timer.
+//!
+//! All times are [`tokio::time::Instant`] and [`std::time::Duration`], so
+//! tests can drive everything with paused time.
+//!
+//! # Examples
+//!
+//! ```
+//! use punctual::DelayQueue;
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let unpaid = DelayQueue::new();
+//! let order_1 = unpaid.insert(1, Duration::from_secs(30 * 60));
+//! unpaid.insert(2, Duration::from_secs(30 * 60));
+//! unpaid.remove(order_1); // paid in time
+//! assert_eq!(unpaid.take().await, 2); // expires after 30 minutes
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rust_2018_idioms
+)]
+
+mod queue;
+
+pub use queue::{DelayQueue, Key, TakeStream};

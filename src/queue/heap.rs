@@ -1,0 +1,388 @@
+//! The d-ary min-heap behind [`DelayQueue`](crate::DelayQueue): no locking, no
+//! async, no clock.
+//!
+//! Ground rules:
+//!
+//! - `entries` is a d-ary min-heap of compact `(deadline, seq, slot)` records
+//!   ordered by `(deadline, seq)`; `seq` grows with every insert and reset, so
+//!   equal deadlines come out first-in first-out.
+//! - `slots[i]` records where slot `i`'s entry sits in `entries`, and its
+//!   value lives in `values[i]`. Every move inside the heap rewrites the moved
+//!   entry's `pos`, which is what makes removal by key O(log n).
+//! - A slot's generation is odd while the slot is occupied and even while it
+//!   is free; it goes up by one on every insert and every removal. A
+//!   [`SlotKey`] holds the odd generation it was issued with, so a key whose
+//!   entry left the heap never matches again, even after the slot is reused.
+//!   A slot whose generation would wrap around is retired, never reused.
+//! - The position table is kept apart from the values so the sift loops touch
+//!   8 bytes per move, not a whole value.
+
+use std::cmp::Ordering;
+use tokio::time::Instant;
+
+/// Children per node. Measured against 2 in `benches/queue.rs` (see the
+/// README): 4 halves the depth and keeps each node's children within two cache
+/// lines, which wins on the pop-heavy expiry path.
+const ARITY: usize = 4;
+
+/// Marks the end of the free list.
+const NIL: u32 = u32::MAX;
+
+/// Identifies one insertion: a slot index and the generation it had then.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(crate) struct SlotKey {
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
+
+/// The ordering key of the entry at the top of the heap, used to tell whether
+/// a mutation changed which entry comes out next.
+pub(crate) type HeadId = (Instant, u64);
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    deadline: Instant,
+    seq: u64,
+    slot: u32,
+}
+
+impl Entry {
+    #[inline]
+    fn less(&self, other: &Entry) -> bool {
+        match self.deadline.cmp(&other.deadline) {
+            Ordering::Less => true,
+            Ordering::Greater => false,
+            Ordering::Equal => self.seq < other.seq,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    generation: u32,
+    /// Heap position while occupied, next free slot (or `NIL`) while free.
+    link: u32,
+}
+
+impl Slot {
+    #[inline]
+    fn occupied(&self) -> bool {
+        self.generation & 1 == 1
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Heap<T> {
+    entries: Vec<Entry>,
+    slots: Vec<Slot>,
+    values: Vec<Option<T>>,
+    free_head: u32,
+    next_seq: u64,
+}
+
+impl<T> Heap<T> {
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        Heap {
+            entries: Vec::with_capacity(capacity),
+            slots: Vec::with_capacity(capacity),
+            values: Vec::with_capacity(capacity),
+            free_head: NIL,
+            next_seq: 0,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The `(deadline, seq)` of the entry that comes out next.
+    pub(crate) fn head(&self) -> Option<HeadId> {
+        self.entries.first().map(|e| (e.deadline, e.seq))
+    }
+
+    pub(crate) fn peek_deadline(&self) -> Option<Instant> {
+        self.entries.first().map(|e| e.deadline)
+    }
+
+    /// Adds `value` due at `deadline`.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `u32::MAX - 1` slots are in use at once (like a `Vec`
+    /// overflowing its capacity, this needs far more memory than exists).
+    pub(crate) fn insert(&mut self, value: T, deadline: Instant) -> SlotKey {
+        let index = self.alloc_slot();
+        let slot = &mut self.slots[index as usize];
+        slot.generation = slot.generation.wrapping_add(1);
+        let key = SlotKey {
+            index,
+            generation: slot.generation,
+        };
+        self.values[index as usize] = Some(value);
+        let pos = self.entries.len();
+        let seq = self.bump_seq();
+        self.entries.push(Entry {
+            deadline,
+            seq,
+            slot: index,
+        });
+        self.sift_up(pos);
+        self.check();
+        key
+    }
+
+    /// Removes and returns the head if its deadline is `<= now`.
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<T> {
+        match self.entries.first() {
+            Some(head) if head.deadline <= now => Some(self.remove_at(0)),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn remove(&mut self, key: SlotKey) -> Option<T> {
+        let pos = self.position(key)?;
+        Some(self.remove_at(pos))
+    }
+
+    /// Moves the entry to `deadline`, ordering it behind entries that already
+    /// have that deadline. Returns `false` for a stale key.
+    pub(crate) fn reset(&mut self, key: SlotKey, deadline: Instant) -> bool {
+        let Some(pos) = self.position(key) else {
+            return false;
+        };
+        let seq = self.bump_seq();
+        let entry = &mut self.entries[pos];
+        entry.deadline = deadline;
+        entry.seq = seq;
+        // The new seq is the largest in the heap, so the entry can only move
+        // up if its deadline went down, and only down otherwise.
+        let pos = self.sift_up(pos);
+        self.sift_down(pos);
+        self.check();
+        true
+    }
+
+    pub(crate) fn deadline(&self, key: SlotKey) -> Option<Instant> {
+        self.position(key).map(|pos| self.entries[pos].deadline)
+    }
+
+    pub(crate) fn contains(&self, key: SlotKey) -> bool {
+        self.position(key).is_some()
+    }
+
+    fn position(&self, key: SlotKey) -> Option<usize> {
+        let slot = self.slots.get(key.index as usize)?;
+        (slot.generation == key.generation && slot.occupied()).then_some(slot.link as usize)
+    }
+
+    fn bump_seq(&mut self) -> u64 {
+        let seq = self.next_seq;
+        // 2^64 inserts at one per nanosecond take 584 years.
+        self.next_seq += 1;
+        seq
+    }
+
+    fn alloc_slot(&mut self) -> u32 {
+        if self.free_head != NIL {
+            let index = self.free_head;
+            self.free_head = self.slots[index as usize].link;
+            return index;
+        }
+        let index = u32::try_from(self.slots.len())
+            .ok()
+            .filter(|&i| i != NIL)
+            .expect("DelayQueue holds more than u32::MAX - 1 entries");
+        self.slots.push(Slot {
+            generation: 0,
+            link: NIL,
+        });
+        self.values.push(None);
+        index
+    }
+
+    fn remove_at(&mut self, pos: usize) -> T {
+        let removed = self.entries.swap_remove(pos);
+        if pos < self.entries.len() {
+            // The former last entry now fills the hole; it may belong above
+            // or below it.
+            let pos = self.sift_up(pos);
+            self.sift_down(pos);
+        }
+        let index = removed.slot as usize;
+        let slot = &mut self.slots[index];
+        slot.generation = slot.generation.wrapping_add(1);
+        // A generation about to wrap would let an old key match again: retire
+        // the slot instead of recycling it.
+        if slot.generation != 0 {
+            slot.link = self.free_head;
+            self.free_head = removed.slot;
+        }
+        let value = self.values[index].take();
+        self.check();
+        // An occupied slot always holds a value.
+        value.expect("heap slot occupied without a value")
+    }
+
+    /// Moves the entry at `pos` up to its place; returns where it ended.
+    fn sift_up(&mut self, mut pos: usize) -> usize {
+        let entry = self.entries[pos];
+        while pos > 0 {
+            let parent = (pos - 1) / ARITY;
+            let above = self.entries[parent];
+            if !entry.less(&above) {
+                break;
+            }
+            self.place(pos, above);
+            pos = parent;
+        }
+        self.place(pos, entry);
+        pos
+    }
+
+    /// Moves the entry at `pos` down to its place.
+    fn sift_down(&mut self, mut pos: usize) {
+        let len = self.entries.len();
+        let entry = self.entries[pos];
+        loop {
+            let first = pos * ARITY + 1;
+            if first >= len {
+                break;
+            }
+            let last = (first + ARITY).min(len);
+            let mut min = first;
+            for child in first + 1..last {
+                if self.entries[child].less(&self.entries[min]) {
+                    min = child;
+                }
+            }
+            let below = self.entries[min];
+            if !below.less(&entry) {
+                break;
+            }
+            self.place(pos, below);
+            pos = min;
+        }
+        self.place(pos, entry);
+    }
+
+    #[inline]
+    fn place(&mut self, pos: usize, entry: Entry) {
+        self.entries[pos] = entry;
+        self.slots[entry.slot as usize].link = pos as u32;
+    }
+
+    #[inline]
+    fn check(&self) {
+        #[cfg(debug_assertions)]
+        self.assert_invariants();
+    }
+
+    /// Checks heap order, the slot table's back-pointers, and the free list.
+    /// Costs O(n): debug builds run it after every mutation.
+    #[cfg(debug_assertions)]
+    fn assert_invariants(&self) {
+        // Beyond this size the O(n) walk after every mutation would make
+        // debug-build tests quadratic; small heaps exercise the same code.
+        if self.entries.len() > 4096 {
+            return;
+        }
+        for (pos, entry) in self.entries.iter().enumerate() {
+            if pos > 0 {
+                let parent = &self.entries[(pos - 1) / ARITY];
+                assert!(!entry.less(parent), "heap order broken at {pos}");
+            }
+            let slot = self.slots[entry.slot as usize];
+            assert!(slot.occupied(), "heap entry {pos} points at a free slot");
+            assert_eq!(slot.link as usize, pos, "slot does not point back");
+            assert!(self.values[entry.slot as usize].is_some());
+            assert!(entry.seq < self.next_seq);
+        }
+        let occupied = self.slots.iter().filter(|s| s.occupied()).count();
+        assert_eq!(occupied, self.entries.len(), "occupied slots != entries");
+        let mut free = 0;
+        let mut at = self.free_head;
+        while at != NIL {
+            let slot = self.slots[at as usize];
+            assert!(!slot.occupied(), "free list holds an occupied slot");
+            assert!(self.values[at as usize].is_none());
+            free += 1;
+            assert!(free <= self.slots.len(), "free list has a cycle");
+            at = slot.link;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn at(base: Instant, ms: u64) -> Instant {
+        base + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn pops_in_deadline_then_insertion_order() {
+        let base = Instant::now();
+        let mut heap = Heap::with_capacity(0);
+        for (i, ms) in [5, 1, 3, 1, 5, 0].into_iter().enumerate() {
+            heap.insert(i, at(base, ms));
+        }
+        let far = at(base, 10);
+        let order: Vec<_> = std::iter::from_fn(|| heap.pop_due(far)).collect();
+        assert_eq!(order, vec![5, 1, 3, 2, 0, 4]);
+    }
+
+    #[test]
+    fn pop_due_leaves_future_entries() {
+        let base = Instant::now();
+        let mut heap = Heap::with_capacity(0);
+        heap.insert("late", at(base, 10));
+        assert_eq!(heap.pop_due(at(base, 9)), None);
+        assert_eq!(heap.pop_due(at(base, 10)), Some("late"));
+    }
+
+    #[test]
+    fn stale_key_misses_recycled_slot() {
+        let base = Instant::now();
+        let mut heap = Heap::with_capacity(0);
+        let old = heap.insert(1, base);
+        assert_eq!(heap.remove(old), Some(1));
+        let new = heap.insert(2, base);
+        assert_eq!(new.index, old.index, "slot is recycled");
+        assert_eq!(heap.remove(old), None);
+        assert!(!heap.reset(old, at(base, 1)));
+        assert_eq!(heap.deadline(new), Some(base));
+    }
+
+    #[test]
+    fn slot_is_retired_before_its_generation_wraps() {
+        let base = Instant::now();
+        let mut heap = Heap::with_capacity(0);
+        let key = heap.insert(0, base);
+        heap.slots[key.index as usize].generation = u32::MAX;
+        let last = SlotKey {
+            index: key.index,
+            generation: u32::MAX,
+        };
+        assert_eq!(heap.remove(last), Some(0));
+        let next = heap.insert(1, base);
+        assert_ne!(next.index, key.index, "a wrapping slot is not reused");
+    }
+
+    #[test]
+    fn reset_moves_behind_equal_deadlines() {
+        let base = Instant::now();
+        let mut heap = Heap::with_capacity(0);
+        let a = heap.insert('a', at(base, 1));
+        heap.insert('b', at(base, 1));
+        assert!(heap.reset(a, at(base, 1)));
+        let far = at(base, 2);
+        assert_eq!(heap.pop_due(far), Some('b'));
+        assert_eq!(heap.pop_due(far), Some('a'));
+    }
+}

@@ -1,0 +1,580 @@
+//! The async, multi-consumer delay queue.
+
+mod heap;
+mod state;
+mod stream;
+mod wait;
+
+pub use stream::TakeStream;
+
+use heap::SlotKey;
+use state::{Shared, Wake};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A queue of values that each become available at a deadline, shared by any
+/// number of producers and consumers.
+///
+/// Values come out in deadline order; values with equal deadlines come out in
+/// insertion order. Every insertion returns a [`Key`] that can later
+/// [`remove`](DelayQueue::remove) the value or [`reset`](DelayQueue::reset)
+/// its deadline in O(log n).
+///
+/// `DelayQueue` is a handle: [`Clone`] gives another handle to the *same*
+/// queue (no `T: Clone` needed), so producers and consumers on different tasks
+/// each hold one.
+///
+/// Consumers wait with [`take`](DelayQueue::take): at most one of them (the
+/// *leader*) holds a timer for the earliest deadline, the others wait without
+/// one, and the queue hands leadership on whenever the earliest deadline
+/// changes or the leader leaves, so no due value is ever left waiting while a
+/// consumer is parked.
+///
+/// All times are [`tokio::time::Instant`], so paused test time
+/// (`tokio::time::pause`) drives the queue.
+///
+/// # Examples
+///
+/// ```
+/// use punctual::DelayQueue;
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let queue = DelayQueue::new();
+/// let unpaid = queue.insert("order 17", Duration::from_secs(30 * 60));
+/// queue.insert("order 18", Duration::from_secs(30 * 60));
+///
+/// // Order 17 is paid: its timeout will never fire.
+/// assert_eq!(queue.remove(unpaid), Some("order 17"));
+///
+/// // Half an hour later, order 18 expires.
+/// assert_eq!(queue.take().await, "order 18");
+/// assert!(queue.is_empty());
+/// # }
+/// ```
+pub struct DelayQueue<T> {
+    shared: Arc<Shared<T>>,
+}
+
+/// Identifies one insertion into one [`DelayQueue`].
+///
+/// A key stays valid until its value is taken or removed. After that, and for
+/// keys of other queues, every method that accepts a key returns `None` or
+/// `false` and touches nothing: keys carry a generation and the queue's
+/// identity, so they never alias a later entry.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Key {
+    slot: u32,
+    generation: u32,
+    queue: u64,
+}
+
+impl Key {
+    fn slot_key(self) -> SlotKey {
+        SlotKey {
+            index: self.slot,
+            generation: self.generation,
+        }
+    }
+}
+
+/// How far ahead a deadline too large to represent is placed: the same
+/// "practically never" horizon Tokio's own `sleep` saturates to.
+const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
+
+/// `now + delay`, saturating to a far-future instant instead of panicking.
+pub(crate) fn deadline_after(now: Instant, delay: Duration) -> Instant {
+    now.checked_add(delay)
+        .or_else(|| now.checked_add(FAR_FUTURE))
+        .unwrap_or(now)
+}
+
+impl<T> DelayQueue<T> {
+    /// Creates an empty queue.
+    ///
+    /// Needs no runtime: only waiting (`take`, `take_timeout`, `stream`)
+    /// needs Tokio's time driver.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    ///
+    /// let queue: DelayQueue<u32> = DelayQueue::new();
+    /// assert!(queue.is_empty());
+    /// ```
+    pub fn new() -> Self {
+        Self::with_capacity(0)
+    }
+
+    /// Creates an empty queue with room for `capacity` entries before it
+    /// reallocates.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    ///
+    /// let queue: DelayQueue<u32> = DelayQueue::with_capacity(1024);
+    /// assert_eq!(queue.len(), 0);
+    /// ```
+    pub fn with_capacity(capacity: usize) -> Self {
+        DelayQueue {
+            shared: Arc::new(Shared::new(capacity)),
+        }
+    }
+
+    /// Inserts `value`, due `delay` from now. Same as
+    /// `insert_at(value, Instant::now() + delay)`, except that a `delay` too
+    /// large to add to now (up to [`Duration::MAX`]) never panics: the entry is
+    /// placed about 30 years ahead, which in practice means never due.
+    ///
+    /// Never blocks and never fails. If the new entry becomes the earliest,
+    /// a waiting consumer is woken to time it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let queue = DelayQueue::new();
+    /// let key = queue.insert("retry", Duration::from_millis(250));
+    /// assert!(queue.contains(key));
+    /// assert_eq!(queue.take().await, "retry");
+    /// # }
+    /// ```
+    pub fn insert(&self, value: T, delay: Duration) -> Key {
+        self.insert_at(value, deadline_after(Instant::now(), delay))
+    }
+
+    /// Inserts `value`, due at `deadline`. A deadline in the past is due at
+    /// once, and still comes out in deadline order.
+    ///
+    /// Never blocks and never fails.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let queue = DelayQueue::new();
+    /// let deadline = Instant::now() + Duration::from_secs(5);
+    /// let key = queue.insert_at("session expired", deadline);
+    /// assert_eq!(queue.deadline(key), Some(deadline));
+    /// # }
+    /// ```
+    pub fn insert_at(&self, value: T, deadline: Instant) -> Key {
+        let mut state = self.shared.lock();
+        let before = state.heap.head();
+        let slot = state.heap.insert(value, deadline);
+        let key = Key {
+            slot: slot.index,
+            generation: slot.generation,
+            queue: state.id,
+        };
+        let wake = state.head_changed(before);
+        self.shared.unlock_and_wake(state, wake);
+        key
+    }
+
+    /// Removes and returns the earliest entry if it is due, without waiting
+    /// (JDK `poll()`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let queue = DelayQueue::new();
+    /// queue.insert("later", Duration::from_secs(1));
+    /// assert_eq!(queue.try_take(), None);
+    ///
+    /// tokio::time::advance(Duration::from_secs(1)).await;
+    /// assert_eq!(queue.try_take(), Some("later"));
+    /// # }
+    /// ```
+    pub fn try_take(&self) -> Option<T> {
+        let now = Instant::now();
+        let mut state = self.shared.lock();
+        let value = state.heap.pop_due(now);
+        self.shared.unlock_and_wake(state, Wake::NONE);
+        value
+    }
+
+    /// Waits until the earliest entry is due, then removes and returns it
+    /// (JDK `take()`).
+    ///
+    /// Any number of consumers may wait at once; each entry goes to exactly
+    /// one of them. Only one waiting consumer (the leader) holds a timer.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe. An entry is only removed in the same step
+    /// that returns it, so dropping the future at its await point loses no
+    /// entry. If the dropped future was the leader, or had been woken and not
+    /// yet run, another waiting consumer is woken to take over.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let queue = DelayQueue::new();
+    /// let consumer = tokio::spawn({
+    ///     let queue = queue.clone();
+    ///     async move { queue.take().await }
+    /// });
+    /// queue.insert("wake up", Duration::from_secs(60));
+    /// assert_eq!(consumer.await.unwrap(), "wake up");
+    /// # }
+    /// ```
+    pub async fn take(&self) -> T {
+        loop {
+            if let Some(value) = wait::take_until(&self.shared, None).await {
+                return value;
+            }
+        }
+    }
+
+    /// Like [`take`](DelayQueue::take), but gives up after `timeout` and
+    /// returns `None` if no entry came due in time (JDK `poll(timeout)`).
+    ///
+    /// `Duration::ZERO` returns an entry only if one is already due;
+    /// `Duration::MAX` never panics and waits practically forever.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe, exactly like [`take`](DelayQueue::take).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let queue = DelayQueue::new();
+    /// queue.insert("late", Duration::from_secs(10));
+    /// assert_eq!(queue.take_timeout(Duration::from_secs(1)).await, None);
+    /// assert_eq!(queue.take_timeout(Duration::from_secs(60)).await, Some("late"));
+    /// # }
+    /// ```
+    pub async fn take_timeout(&self, timeout: Duration) -> Option<T> {
+        let limit = deadline_after(Instant::now(), timeout);
+        wait::take_until(&self.shared, Some(limit)).await
+    }
+
+    /// Removes and returns, in deadline order, up to `max` entries that are
+    /// already due (JDK `drainTo(c, max)`). `max == 0` returns an empty
+    /// vector.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let queue = DelayQueue::new();
+    /// for (i, ms) in [30, 10, 20, 99].into_iter().enumerate() {
+    ///     queue.insert(i, Duration::from_millis(ms));
+    /// }
+    /// tokio::time::advance(Duration::from_millis(50)).await;
+    /// assert_eq!(queue.drain_expired(2), vec![1, 2]);
+    /// assert_eq!(queue.drain_expired(usize::MAX), vec![0]);
+    /// # }
+    /// ```
+    pub fn drain_expired(&self, max: usize) -> Vec<T> {
+        let mut out = Vec::new();
+        if max == 0 {
+            return out;
+        }
+        let now = Instant::now();
+        let mut state = self.shared.lock();
+        while out.len() < max {
+            match state.heap.pop_due(now) {
+                Some(value) => out.push(value),
+                None => break,
+            }
+        }
+        self.shared.unlock_and_wake(state, Wake::NONE);
+        out
+    }
+
+    /// Removes the entry inserted as `key` and returns its value, or `None`
+    /// if it was already taken or removed, or if `key` belongs to another
+    /// queue. O(log n).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    /// use std::time::Duration;
+    ///
+    /// let queue = DelayQueue::new();
+    /// let key = queue.insert("timeout", Duration::from_secs(30));
+    /// assert_eq!(queue.remove(key), Some("timeout"));
+    /// assert_eq!(queue.remove(key), None); // stale: harmless
+    /// ```
+    pub fn remove(&self, key: Key) -> Option<T> {
+        let mut state = self.shared.lock();
+        if key.queue != state.id {
+            return None;
+        }
+        let before = state.heap.head();
+        let value = state.heap.remove(key.slot_key());
+        let wake = state.head_changed(before);
+        self.shared.unlock_and_wake(state, wake);
+        value
+    }
+
+    /// Moves the entry inserted as `key` to `now + delay`, keeping its key
+    /// (a `delay` too large saturates as in [`insert`](DelayQueue::insert)).
+    /// Returns `false`, touching nothing, for a stale or foreign key.
+    ///
+    /// The entry then orders as if inserted now: behind entries that already
+    /// have the same deadline.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let queue = DelayQueue::new();
+    /// let session = queue.insert("idle session", Duration::from_secs(60));
+    /// // Activity: push the idle timeout back.
+    /// assert!(queue.reset(session, Duration::from_secs(120)));
+    /// assert_eq!(queue.take_timeout(Duration::from_secs(90)).await, None);
+    /// # }
+    /// ```
+    pub fn reset(&self, key: Key, delay: Duration) -> bool {
+        self.reset_at(key, deadline_after(Instant::now(), delay))
+    }
+
+    /// Moves the entry inserted as `key` to `deadline`, keeping its key.
+    /// Returns `false`, touching nothing, for a stale or foreign key.
+    ///
+    /// If the entry becomes the earliest, a waiting consumer is woken exactly
+    /// as by [`insert`](DelayQueue::insert).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let queue = DelayQueue::new();
+    /// let key = queue.insert("job", Duration::from_secs(60));
+    /// let sooner = Instant::now() + Duration::from_secs(1);
+    /// assert!(queue.reset_at(key, sooner));
+    /// assert_eq!(queue.deadline(key), Some(sooner));
+    /// # }
+    /// ```
+    pub fn reset_at(&self, key: Key, deadline: Instant) -> bool {
+        let mut state = self.shared.lock();
+        if key.queue != state.id {
+            return false;
+        }
+        let before = state.heap.head();
+        let moved = state.heap.reset(key.slot_key(), deadline);
+        let wake = state.head_changed(before);
+        self.shared.unlock_and_wake(state, wake);
+        moved
+    }
+
+    /// The deadline of the entry inserted as `key`, or `None` for a stale or
+    /// foreign key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let queue = DelayQueue::new();
+    /// let key = queue.insert((), Duration::from_secs(3));
+    /// assert_eq!(queue.deadline(key), Some(Instant::now() + Duration::from_secs(3)));
+    /// # }
+    /// ```
+    pub fn deadline(&self, key: Key) -> Option<Instant> {
+        let state = self.shared.lock();
+        if key.queue != state.id {
+            return None;
+        }
+        state.heap.deadline(key.slot_key())
+    }
+
+    /// Whether the entry inserted as `key` is still queued.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    /// use std::time::Duration;
+    ///
+    /// let queue = DelayQueue::new();
+    /// let key = queue.insert(1, Duration::ZERO);
+    /// assert!(queue.contains(key));
+    /// queue.remove(key);
+    /// assert!(!queue.contains(key));
+    /// ```
+    pub fn contains(&self, key: Key) -> bool {
+        let state = self.shared.lock();
+        key.queue == state.id && state.heap.contains(key.slot_key())
+    }
+
+    /// The earliest deadline in the queue, due or not.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    /// use std::time::Duration;
+    ///
+    /// let queue = DelayQueue::new();
+    /// assert_eq!(queue.peek_deadline(), None);
+    /// let key = queue.insert('a', Duration::from_secs(1));
+    /// assert_eq!(queue.peek_deadline(), queue.deadline(key));
+    /// ```
+    pub fn peek_deadline(&self) -> Option<Instant> {
+        self.shared.lock().heap.peek_deadline()
+    }
+
+    /// The number of queued entries, due or not.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    /// use std::time::Duration;
+    ///
+    /// let queue = DelayQueue::new();
+    /// queue.insert('a', Duration::from_secs(1));
+    /// assert_eq!(queue.len(), 1);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.shared.lock().heap.len()
+    }
+
+    /// Whether the queue holds no entries.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    ///
+    /// let queue: DelayQueue<()> = DelayQueue::new();
+    /// assert!(queue.is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.shared.lock().heap.is_empty()
+    }
+
+    /// Removes every entry. Consumers waiting in `take` keep waiting for the
+    /// next insert; every key issued so far becomes stale, and keys issued
+    /// later differ from all of them.
+    ///
+    /// The removed values are dropped after the queue's lock is released, so
+    /// their `Drop` may use the queue.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    /// use std::time::Duration;
+    ///
+    /// let queue = DelayQueue::new();
+    /// let key = queue.insert("gone", Duration::from_secs(1));
+    /// queue.clear();
+    /// assert!(queue.is_empty());
+    /// assert!(!queue.contains(key));
+    /// ```
+    pub fn clear(&self) {
+        let mut state = self.shared.lock();
+        let before = state.heap.head();
+        // A fresh identity makes every earlier key foreign, so slots can be
+        // reused from generation zero without aliasing.
+        let old = std::mem::replace(&mut state.heap, heap::Heap::with_capacity(0));
+        state.id = state::next_queue_id();
+        let wake = state.head_changed(before);
+        self.shared.unlock_and_wake(state, wake);
+        drop(old);
+    }
+
+    /// Returns a [`Stream`](futures::Stream) of this queue's values, in
+    /// deadline order as they come due. It shares the queue with `take` and
+    /// other streams (each entry goes to exactly one consumer) and never
+    /// ends.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures::StreamExt;
+    /// use punctual::DelayQueue;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let queue = DelayQueue::new();
+    /// queue.insert(2, Duration::from_secs(2));
+    /// queue.insert(1, Duration::from_secs(1));
+    /// let firsts: Vec<i32> = queue.stream().take(2).collect().await;
+    /// assert_eq!(firsts, vec![1, 2]);
+    /// # }
+    /// ```
+    pub fn stream(&self) -> TakeStream<T> {
+        TakeStream::new(self.clone())
+    }
+}
+
+impl<T> Clone for DelayQueue<T> {
+    fn clone(&self) -> Self {
+        DelayQueue {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<T> Default for DelayQueue<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> fmt::Debug for DelayQueue<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.shared.lock();
+        f.debug_struct("DelayQueue")
+            .field("len", &state.heap.len())
+            .field("next_deadline", &state.heap.peek_deadline())
+            .field("waiting", &state.parked)
+            .finish()
+    }
+}

@@ -1,0 +1,148 @@
+//! State shared by every handle of one queue, and the wake-up rules.
+//!
+//! Ground rules:
+//!
+//! - One `std::sync::Mutex` guards [`State`]: the heap and the bookkeeping of
+//!   waiting consumers. It is never held across an `.await`, never held while
+//!   waking a task, and never held while a user value is dropped (a `Drop`
+//!   impl may call back into the queue).
+//! - Waiting consumers park on one [`Notify`]. A parked consumer always
+//!   enabled its `Notified` *before* it last looked at the state, so a
+//!   `notify_one` issued after that look reaches it (or another parked
+//!   consumer) and is never lost.
+//! - Invariant, checked in debug builds whenever the lock is released by a
+//!   mutation: if consumers are parked and entries are queued, then either a
+//!   leader is timing the head, or a wake-up is in flight (`waking`) to a
+//!   consumer that has not yet looked at the state. Whoever looks at the state
+//!   next clears `waking` and takes on the duty: it takes the head, leads, or
+//!   follows a leader that exists.
+
+use super::heap::{HeadId, Heap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use tokio::sync::Notify;
+
+/// Queue identities are handed out once per process and never reused, so a
+/// key from another queue (or from before a `clear`) can never match.
+static NEXT_QUEUE_ID: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) fn next_queue_id() -> u64 {
+    // Only uniqueness matters, not ordering with other memory.
+    NEXT_QUEUE_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared<T> {
+    state: Mutex<State<T>>,
+    pub(crate) notify: Notify,
+}
+
+#[derive(Debug)]
+pub(crate) struct State<T> {
+    pub(crate) heap: Heap<T>,
+    /// This queue's identity; `clear` gives it a new one.
+    pub(crate) id: u64,
+    /// The waiter timing the head's deadline, if any.
+    pub(crate) leader: Option<u64>,
+    /// Consumers between "decided to wait" and "looked at the state again".
+    pub(crate) parked: usize,
+    /// A `notify_one` was issued and its receiver has not looked yet.
+    pub(crate) waking: bool,
+    next_waiter: u64,
+}
+
+/// Whether a waiter must be notified once the lock is released.
+#[must_use = "a wake-up decided under the lock must be delivered after it"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Wake(bool);
+
+impl<T> Shared<T> {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Shared {
+            state: Mutex::new(State {
+                heap: Heap::with_capacity(capacity),
+                id: next_queue_id(),
+                leader: None,
+                parked: 0,
+                waking: false,
+                next_waiter: 0,
+            }),
+            notify: Notify::new(),
+        }
+    }
+
+    /// Locks the state. A panic while the lock was held cannot leave the
+    /// heap half-updated (user code never runs under the lock), so poisoning
+    /// is ignored.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State<T>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Releases the lock, then delivers the wake-up decided under it.
+    pub(crate) fn unlock_and_wake(&self, state: MutexGuard<'_, State<T>>, wake: Wake) {
+        state.check();
+        drop(state);
+        if wake.0 {
+            self.notify.notify_one();
+        }
+    }
+}
+
+impl<T> State<T> {
+    /// The one place that reacts to "the earliest deadline may have changed";
+    /// insert, remove, reset and clear all call it with the head they saw
+    /// before mutating.
+    ///
+    /// Lost wake-up it prevents: the leader sleeps until 10:00; an insert due
+    /// at 09:00 becomes the head. Without this, every consumer sleeps through
+    /// 09:00 because the only timer is set for 10:00.
+    pub(crate) fn head_changed(&mut self, before: Option<HeadId>) -> Wake {
+        if self.heap.head() == before {
+            return Wake(false);
+        }
+        // The leader's timer is for the old head: whoever is woken re-arms.
+        self.leader = None;
+        self.wake_one()
+    }
+
+    /// Called whenever a consumer stops waiting (with an entry, on timeout or
+    /// when its future is dropped), after it gave up its leadership.
+    ///
+    /// Lost wake-up it prevents: the leader takes the head and leaves while a
+    /// second entry is queued; the followers wait untimed, so without a
+    /// successor nobody would ever time the second entry.
+    pub(crate) fn after_leave(&mut self) -> Wake {
+        if self.leader.is_none() && !self.heap.is_empty() {
+            self.wake_one()
+        } else {
+            Wake(false)
+        }
+    }
+
+    /// Wakes one parked consumer unless one is already on its way: that one
+    /// will look at the state after this change anyway.
+    fn wake_one(&mut self) -> Wake {
+        if self.parked == 0 || self.waking {
+            return Wake(false);
+        }
+        self.waking = true;
+        Wake(true)
+    }
+
+    pub(crate) fn new_waiter_id(&mut self) -> u64 {
+        self.next_waiter += 1;
+        self.next_waiter
+    }
+
+    #[inline]
+    fn check(&self) {
+        debug_assert!(
+            self.parked == 0 || self.heap.is_empty() || self.leader.is_some() || self.waking,
+            "consumers parked with entries queued, but no leader and no wake-up in flight"
+        );
+    }
+}
+
+impl Wake {
+    pub(crate) const NONE: Wake = Wake(false);
+}
