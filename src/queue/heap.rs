@@ -283,7 +283,7 @@ impl<T> Heap<T> {
 
     /// Checks heap order, the slot table's back-pointers, and the free list.
     /// Costs O(n): debug builds run it after every mutation.
-    #[cfg(debug_assertions)]
+    #[cfg(any(test, debug_assertions))]
     fn assert_invariants(&self) {
         // Beyond this size the O(n) walk after every mutation would make
         // debug-build tests quadratic; small heaps exercise the same code.
@@ -384,5 +384,93 @@ mod tests {
         let far = at(base, 2);
         assert_eq!(heap.pop_due(far), Some('b'));
         assert_eq!(heap.pop_due(far), Some('a'));
+    }
+
+    mod model {
+        //! The heap against a `BTreeMap<(Instant, seq), value>` model.
+
+        use super::*;
+        use proptest::prelude::*;
+        use std::collections::{BTreeMap, HashMap};
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Insert(u16),
+            Remove(usize),
+            Reset(usize, u16),
+            PopDue(u16),
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                4 => (0u16..64).prop_map(Op::Insert),
+                2 => any::<usize>().prop_map(Op::Remove),
+                2 => (any::<usize>(), 0u16..64).prop_map(|(k, d)| Op::Reset(k, d)),
+                2 => (0u16..64).prop_map(Op::PopDue),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn behaves_like_an_ordered_map(ops in proptest::collection::vec(op(), 1..300)) {
+                let base = Instant::now();
+                let t = |ms: u16| base + Duration::from_millis(u64::from(ms));
+                let mut heap = Heap::with_capacity(0);
+                let mut model: BTreeMap<(Instant, u64), u32> = BTreeMap::new();
+                // Every key ever issued, live or stale, with its model entry.
+                let mut keys: Vec<(SlotKey, Option<(Instant, u64)>)> = Vec::new();
+                let mut where_is: HashMap<u32, usize> = HashMap::new();
+                let mut seq = 0u64;
+                let mut next_value = 0u32;
+                for op in ops {
+                    match op {
+                        Op::Insert(ms) => {
+                            let key = heap.insert(next_value, t(ms));
+                            model.insert((t(ms), seq), next_value);
+                            where_is.insert(next_value, keys.len());
+                            keys.push((key, Some((t(ms), seq))));
+                            seq += 1;
+                            next_value += 1;
+                        }
+                        Op::Remove(i) if !keys.is_empty() => {
+                            let i = i % keys.len();
+                            let (key, entry) = keys[i];
+                            let expected = entry.and_then(|e| model.remove(&e));
+                            prop_assert_eq!(heap.remove(key), expected);
+                            keys[i].1 = None;
+                        }
+                        Op::Reset(i, ms) if !keys.is_empty() => {
+                            let i = i % keys.len();
+                            let (key, entry) = keys[i];
+                            prop_assert_eq!(heap.reset(key, t(ms)), entry.is_some());
+                            if let Some(value) = entry.and_then(|e| model.remove(&e)) {
+                                model.insert((t(ms), seq), value);
+                                keys[i].1 = Some((t(ms), seq));
+                            }
+                            seq += 1;
+                        }
+                        Op::PopDue(ms) => {
+                            let expected = model
+                                .first_key_value()
+                                .filter(|((d, _), _)| *d <= t(ms))
+                                .map(|(k, _)| *k);
+                            let expected = expected.and_then(|k| model.remove(&k));
+                            let got = heap.pop_due(t(ms));
+                            prop_assert_eq!(got, expected);
+                            if let Some(v) = got {
+                                keys[where_is[&v]].1 = None;
+                            }
+                        }
+                        _ => {}
+                    }
+                    heap.assert_invariants();
+                    prop_assert_eq!(heap.len(), model.len());
+                    prop_assert_eq!(heap.peek_deadline(), model.keys().next().map(|k| k.0));
+                    for (key, entry) in &keys {
+                        prop_assert_eq!(heap.deadline(*key), entry.map(|e| e.0));
+                    }
+                }
+            }
+        }
     }
 }

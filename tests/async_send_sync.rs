@@ -1,0 +1,42 @@
+//! Pins the auto traits of every public type.
+
+#![allow(dead_code)]
+
+use punctual::{DelayQueue, Key, TakeStream};
+use std::rc::Rc;
+
+fn send_sync<T: Send + Sync>(_: &T) {}
+fn send<T: Send>(_: &T) {}
+fn is_debug<T: std::fmt::Debug>() {}
+
+#[test]
+fn queue_types_are_send_and_sync() {
+    let q: DelayQueue<String> = DelayQueue::new();
+    send_sync(&q);
+    send_sync(&q.stream());
+    let key = q.insert(String::new(), std::time::Duration::ZERO);
+    send_sync(&key);
+    is_debug::<DelayQueue<Rc<()>>>();
+    is_debug::<TakeStream<Rc<()>>>();
+    is_debug::<Key>();
+}
+
+#[test]
+fn take_futures_are_send() {
+    let q: DelayQueue<String> = DelayQueue::new();
+    send(&q.take());
+    send(&q.take_timeout(std::time::Duration::ZERO));
+}
+
+/// `DelayQueue<Rc<_>>` must not be `Send`: this only compiles while that holds.
+trait AmbiguousIfSend<A> {
+    fn some_item() {}
+}
+impl<T: ?Sized> AmbiguousIfSend<()> for T {}
+impl<T: ?Sized + Send> AmbiguousIfSend<u8> for T {}
+
+#[test]
+fn queue_of_non_send_is_not_send() {
+    <DelayQueue<Rc<()>> as AmbiguousIfSend<_>>::some_item();
+    <TakeStream<Rc<()>> as AmbiguousIfSend<_>>::some_item();
+}
