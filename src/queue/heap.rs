@@ -3,9 +3,15 @@
 //!
 //! Ground rules:
 //!
-//! - `entries` is a d-ary min-heap of compact `(deadline, seq, slot)` records
-//!   ordered by `(deadline, seq)`; `seq` grows with every insert and reset, so
-//!   equal deadlines come out first-in first-out.
+//! - `entries` is a d-ary min-heap of 16-byte `(deadline, seq, slot)` records
+//!   ordered by `(deadline, seq)`, so a node's four children share one cache
+//!   line. `seq` grows with every insert and reset, so equal deadlines come
+//!   out first-in first-out; when the 32-bit `seq` runs out, the live entries
+//!   are renumbered in their current order (once per 2^32 inserts).
+//! - Deadlines are stored as nanosecond ticks from the heap's `origin`, offset
+//!   by 2^63 so that instants before the origin order correctly too. That is
+//!   exact for any instant within 292 years of the origin; instants further
+//!   away are clamped to that horizon.
 //! - `slots[i]` records where slot `i`'s entry sits in `entries`, and its
 //!   value lives in `values[i]`. Every move inside the heap rewrites the moved
 //!   entry's `pos`, which is what makes removal by key O(log n).
@@ -18,6 +24,7 @@
 //!   8 bytes per move, not a whole value.
 
 use std::cmp::Ordering;
+use std::time::Duration;
 use tokio::time::Instant;
 
 /// Children per node. Measured against 2 in `benches/queue.rs` (see the
@@ -37,19 +44,22 @@ pub(crate) struct SlotKey {
 
 /// The ordering key of the entry at the top of the heap, used to tell whether
 /// a mutation changed which entry comes out next.
-pub(crate) type HeadId = (Instant, u64);
+pub(crate) type HeadId = (u64, u32);
+
+/// Ticks of the origin itself: the middle of the `u64` range.
+const ORIGIN_TICKS: u64 = 1 << 63;
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
-    deadline: Instant,
-    seq: u64,
+    ticks: u64,
+    seq: u32,
     slot: u32,
 }
 
 impl Entry {
     #[inline]
     fn less(&self, other: &Entry) -> bool {
-        match self.deadline.cmp(&other.deadline) {
+        match self.ticks.cmp(&other.ticks) {
             Ordering::Less => true,
             Ordering::Greater => false,
             Ordering::Equal => self.seq < other.seq,
@@ -77,7 +87,8 @@ pub(crate) struct Heap<T> {
     slots: Vec<Slot>,
     values: Vec<Option<T>>,
     free_head: u32,
-    next_seq: u64,
+    next_seq: u32,
+    origin: Instant,
 }
 
 impl<T> Heap<T> {
@@ -88,6 +99,31 @@ impl<T> Heap<T> {
             values: Vec::with_capacity(capacity),
             free_head: NIL,
             next_seq: 0,
+            origin: Instant::now(),
+        }
+    }
+
+    /// `deadline` as ticks from the origin, clamped to the `u64` range.
+    #[inline]
+    fn ticks(&self, deadline: Instant) -> u64 {
+        if deadline >= self.origin {
+            let ns = (deadline - self.origin).as_nanos();
+            ORIGIN_TICKS + u64::try_from(ns).unwrap_or(u64::MAX).min(ORIGIN_TICKS - 1)
+        } else {
+            let ns = (self.origin - deadline).as_nanos();
+            ORIGIN_TICKS - u64::try_from(ns).unwrap_or(u64::MAX).min(ORIGIN_TICKS)
+        }
+    }
+
+    #[inline]
+    fn instant(&self, ticks: u64) -> Instant {
+        if ticks >= ORIGIN_TICKS {
+            self.origin + Duration::from_nanos(ticks - ORIGIN_TICKS)
+        } else {
+            // Clamped ticks may name an instant before the platform's
+            // earliest one; stay at the earliest representable then.
+            let back = Duration::from_nanos(ORIGIN_TICKS - ticks);
+            self.origin.checked_sub(back).unwrap_or(self.origin)
         }
     }
 
@@ -101,11 +137,11 @@ impl<T> Heap<T> {
 
     /// The `(deadline, seq)` of the entry that comes out next.
     pub(crate) fn head(&self) -> Option<HeadId> {
-        self.entries.first().map(|e| (e.deadline, e.seq))
+        self.entries.first().map(|e| (e.ticks, e.seq))
     }
 
     pub(crate) fn peek_deadline(&self) -> Option<Instant> {
-        self.entries.first().map(|e| e.deadline)
+        self.entries.first().map(|e| self.instant(e.ticks))
     }
 
     /// Adds `value` due at `deadline`.
@@ -124,9 +160,10 @@ impl<T> Heap<T> {
         };
         self.values[index as usize] = Some(value);
         let pos = self.entries.len();
+        let ticks = self.ticks(deadline);
         let seq = self.bump_seq();
         self.entries.push(Entry {
-            deadline,
+            ticks,
             seq,
             slot: index,
         });
@@ -138,7 +175,7 @@ impl<T> Heap<T> {
     /// Removes and returns the head if its deadline is `<= now`.
     pub(crate) fn pop_due(&mut self, now: Instant) -> Option<T> {
         match self.entries.first() {
-            Some(head) if head.deadline <= now => Some(self.remove_at(0)),
+            Some(head) if head.ticks <= self.ticks(now) => Some(self.remove_at(0)),
             _ => None,
         }
     }
@@ -154,9 +191,11 @@ impl<T> Heap<T> {
         let Some(pos) = self.position(key) else {
             return false;
         };
+        let ticks = self.ticks(deadline);
         let seq = self.bump_seq();
+        // `bump_seq` may have renumbered, but positions do not move.
         let entry = &mut self.entries[pos];
-        entry.deadline = deadline;
+        entry.ticks = ticks;
         entry.seq = seq;
         // The new seq is the largest in the heap, so the entry can only move
         // up if its deadline went down, and only down otherwise.
@@ -167,7 +206,8 @@ impl<T> Heap<T> {
     }
 
     pub(crate) fn deadline(&self, key: SlotKey) -> Option<Instant> {
-        self.position(key).map(|pos| self.entries[pos].deadline)
+        self.position(key)
+            .map(|pos| self.instant(self.entries[pos].ticks))
     }
 
     pub(crate) fn contains(&self, key: SlotKey) -> bool {
@@ -179,11 +219,30 @@ impl<T> Heap<T> {
         (slot.generation == key.generation && slot.occupied()).then_some(slot.link as usize)
     }
 
-    fn bump_seq(&mut self) -> u64 {
+    fn bump_seq(&mut self) -> u32 {
+        if self.next_seq == u32::MAX {
+            self.renumber();
+        }
         let seq = self.next_seq;
-        // 2^64 inserts at one per nanosecond take 584 years.
         self.next_seq += 1;
         seq
+    }
+
+    /// Gives the live entries the sequence numbers `0..len` in their current
+    /// `(deadline, seq)` order. Relative order is unchanged, so the heap stays
+    /// valid and FIFO among equal deadlines is kept. O(n log n), once per
+    /// 2^32 inserts and resets.
+    #[cold]
+    fn renumber(&mut self) {
+        let mut order: Vec<u32> = (0..self.entries.len() as u32).collect();
+        order.sort_unstable_by_key(|&pos| {
+            let e = self.entries[pos as usize];
+            (e.ticks, e.seq)
+        });
+        for (rank, pos) in order.into_iter().enumerate() {
+            self.entries[pos as usize].seq = rank as u32;
+        }
+        self.next_seq = self.entries.len() as u32;
     }
 
     fn alloc_slot(&mut self) -> u32 {
@@ -206,7 +265,11 @@ impl<T> Heap<T> {
 
     fn remove_at(&mut self, pos: usize) -> T {
         let removed = self.entries.swap_remove(pos);
-        if pos < self.entries.len() {
+        if pos == 0 && !self.entries.is_empty() {
+            // Popping the head: the former last entry almost always belongs
+            // near the bottom, so walk the hole down first, then place it.
+            self.sift_hole_down_then_up();
+        } else if pos < self.entries.len() {
             // The former last entry now fills the hole; it may belong above
             // or below it.
             let pos = self.sift_up(pos);
@@ -269,6 +332,34 @@ impl<T> Heap<T> {
         self.place(pos, entry);
     }
 
+    /// Floyd's pop: the entry at the root (the former last one) is held
+    /// aside while the smaller child climbs into the hole at every level down
+    /// to a leaf; then the entry is placed there and sifted up. Saves the
+    /// comparison with the held entry on the way down.
+    fn sift_hole_down_then_up(&mut self) {
+        let len = self.entries.len();
+        let held = self.entries[0];
+        let mut hole = 0;
+        loop {
+            let first = hole * ARITY + 1;
+            if first >= len {
+                break;
+            }
+            let last = (first + ARITY).min(len);
+            let mut min = first;
+            for child in first + 1..last {
+                if self.entries[child].less(&self.entries[min]) {
+                    min = child;
+                }
+            }
+            let below = self.entries[min];
+            self.place(hole, below);
+            hole = min;
+        }
+        self.entries[hole] = held;
+        self.sift_up(hole);
+    }
+
     #[inline]
     fn place(&mut self, pos: usize, entry: Entry) {
         self.entries[pos] = entry;
@@ -299,7 +390,7 @@ impl<T> Heap<T> {
             assert!(slot.occupied(), "heap entry {pos} points at a free slot");
             assert_eq!(slot.link as usize, pos, "slot does not point back");
             assert!(self.values[entry.slot as usize].is_some());
-            assert!(entry.seq < self.next_seq);
+            assert!(entry.seq < self.next_seq, "seq from the future");
         }
         let occupied = self.slots.iter().filter(|s| s.occupied()).count();
         assert_eq!(occupied, self.entries.len(), "occupied slots != entries");
@@ -372,6 +463,43 @@ mod tests {
         assert_eq!(heap.remove(last), Some(0));
         let next = heap.insert(1, base);
         assert_ne!(next.index, key.index, "a wrapping slot is not reused");
+    }
+
+    #[test]
+    fn running_out_of_sequence_numbers_keeps_fifo() {
+        let base = Instant::now();
+        let mut heap = Heap::with_capacity(0);
+        heap.insert('a', at(base, 1));
+        heap.insert('z', at(base, 0));
+        heap.next_seq = u32::MAX - 1;
+        heap.insert('b', at(base, 1));
+        heap.insert('c', at(base, 1)); // renumbers first
+        assert!(heap.next_seq < 10, "renumbered");
+        heap.insert('d', at(base, 1));
+        heap.assert_invariants();
+        let far = at(base, 2);
+        let order: String = std::iter::from_fn(|| heap.pop_due(far)).collect();
+        assert_eq!(order, "zabcd");
+    }
+
+    #[test]
+    fn deadlines_round_trip_exactly_and_clamp_beyond_292_years() {
+        let mut heap = Heap::with_capacity(0);
+        let origin = heap.origin;
+        let year = Duration::from_secs(365 * 86_400);
+        let near = origin + year * 200 + Duration::from_nanos(7);
+        let key = heap.insert(0, near);
+        assert_eq!(heap.deadline(key), Some(near));
+        let past = origin
+            .checked_sub(Duration::from_nanos(3))
+            .unwrap_or(origin);
+        let key = heap.insert(1, past);
+        assert_eq!(heap.deadline(key), Some(past));
+        let beyond = origin + year * 1000;
+        let key = heap.insert(2, beyond);
+        let clamped = heap.deadline(key).unwrap();
+        assert!(clamped > origin + year * 292 && clamped < beyond);
+        assert_eq!(heap.pop_due(origin), Some(1));
     }
 
     #[test]

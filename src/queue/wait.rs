@@ -96,6 +96,17 @@ impl<T> Waiter<'_, T> {
 ///
 /// With `limit == None` this only returns `Some`.
 pub(crate) async fn take_until<T>(shared: &Shared<T>, limit: Option<Instant>) -> Option<T> {
+    // Fast path: with an entry already due, taking it needs neither a
+    // `Notified` (whose registration takes `Notify`'s own lock) nor any
+    // waiter bookkeeping.
+    {
+        let mut state = shared.lock();
+        if let Some(value) = state.heap.pop_due(Instant::now()) {
+            let wake = state.after_leave();
+            shared.unlock_and_wake(state, wake);
+            return Some(value);
+        }
+    }
     let mut waiter = Waiter {
         shared,
         id: 0,
