@@ -106,12 +106,14 @@ impl<T> Heap<T> {
     /// `deadline` as ticks from the origin, clamped to the `u64` range.
     #[inline]
     fn ticks(&self, deadline: Instant) -> u64 {
-        if deadline >= self.origin {
-            let ns = (deadline - self.origin).as_nanos();
-            ORIGIN_TICKS + u64::try_from(ns).unwrap_or(u64::MAX).min(ORIGIN_TICKS - 1)
-        } else {
-            let ns = (self.origin - deadline).as_nanos();
-            ORIGIN_TICKS - u64::try_from(ns).unwrap_or(u64::MAX).min(ORIGIN_TICKS)
+        fn nanos(d: Duration) -> u64 {
+            d.as_secs()
+                .saturating_mul(1_000_000_000)
+                .saturating_add(u64::from(d.subsec_nanos()))
+        }
+        match deadline.checked_duration_since(self.origin) {
+            Some(after) => ORIGIN_TICKS.saturating_add(nanos(after)),
+            None => ORIGIN_TICKS.saturating_sub(nanos(self.origin - deadline)),
         }
     }
 

@@ -156,6 +156,10 @@ impl<T> DelayQueue<T> {
     /// Inserts `value`, due at `deadline`. A deadline in the past is due at
     /// once, and still comes out in deadline order.
     ///
+    /// Deadlines are kept to the nanosecond within 292 years of the queue's
+    /// creation (or last [`clear`](DelayQueue::clear)); a deadline further
+    /// away is clamped to that horizon rather than rejected.
+    ///
     /// Never blocks and never fails.
     ///
     /// # Examples
