@@ -7,6 +7,10 @@
 //!   by any number of producers and consumers. Removing or rescheduling an
 //!   entry by its [`Key`] costs O(log n), and waiting consumers use
 //!   Leader-Follower so that only one of them holds a timer.
+//! - [`Scheduler`]: a pool of worker tasks running one-shot jobs (with a
+//!   result) and fixed-rate or fixed-delay periodic jobs from such a queue,
+//!   with [`JobHandle`]s that cancel by key, isolated panics, and JDK-style
+//!   shutdown policies.
 //!
 //! All times are [`tokio::time::Instant`] and [`std::time::Duration`], so
 //! tests can drive everything with paused time.
@@ -36,5 +40,7 @@
 )]
 
 mod queue;
+mod scheduler;
 
 pub use queue::{DelayQueue, Key, TakeStream};
+pub use scheduler::{Builder, JobError, JobHandle, ScheduleError, Scheduler, Stats};

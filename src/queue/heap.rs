@@ -265,6 +265,41 @@ impl<T> Heap<T> {
         index
     }
 
+    /// Removes every entry for which `pred(value, deadline)` holds, in no
+    /// particular order; the others keep their keys. O(n), then an O(n)
+    /// rebuild of the heap order if anything was removed.
+    pub(crate) fn remove_if(&mut self, mut pred: impl FnMut(&T, Instant) -> bool) -> Vec<T> {
+        let mut removed = Vec::new();
+        let mut kept = 0;
+        for pos in 0..self.entries.len() {
+            let entry = self.entries[pos];
+            let deadline = self.instant(entry.ticks);
+            let hit = match &self.values[entry.slot as usize] {
+                Some(value) => pred(value, deadline),
+                None => false,
+            };
+            if hit {
+                removed.push(self.free_slot(entry.slot));
+            } else {
+                self.entries[kept] = entry;
+                kept += 1;
+            }
+        }
+        if !removed.is_empty() {
+            self.entries.truncate(kept);
+            for pos in 0..kept {
+                let entry = self.entries[pos];
+                self.place(pos, entry);
+            }
+            // Floyd's heap construction: sift down every parent, last first.
+            for pos in (0..kept.div_ceil(ARITY)).rev() {
+                self.sift_down(pos);
+            }
+        }
+        self.check();
+        removed
+    }
+
     fn remove_at(&mut self, pos: usize) -> T {
         let removed = self.entries.swap_remove(pos);
         if pos == 0 && !self.entries.is_empty() {
@@ -277,19 +312,25 @@ impl<T> Heap<T> {
             let pos = self.sift_up(pos);
             self.sift_down(pos);
         }
-        let index = removed.slot as usize;
-        let slot = &mut self.slots[index];
+        let value = self.free_slot(removed.slot);
+        self.check();
+        value
+    }
+
+    /// Frees the slot of an entry already taken out of `entries`.
+    fn free_slot(&mut self, index: u32) -> T {
+        let slot = &mut self.slots[index as usize];
         slot.generation = slot.generation.wrapping_add(1);
         // A generation about to wrap would let an old key match again: retire
         // the slot instead of recycling it.
         if slot.generation != 0 {
             slot.link = self.free_head;
-            self.free_head = removed.slot;
+            self.free_head = index;
         }
-        let value = self.values[index].take();
-        self.check();
         // An occupied slot always holds a value.
-        value.expect("heap slot occupied without a value")
+        self.values[index as usize]
+            .take()
+            .expect("heap slot occupied without a value")
     }
 
     /// Moves the entry at `pos` up to its place; returns where it ended.
@@ -529,6 +570,7 @@ mod tests {
             Remove(usize),
             Reset(usize, u16),
             PopDue(u16),
+            RemoveIfDivisible(u32),
         }
 
         fn op() -> impl Strategy<Value = Op> {
@@ -537,6 +579,7 @@ mod tests {
                 2 => any::<usize>().prop_map(Op::Remove),
                 2 => (any::<usize>(), 0u16..64).prop_map(|(k, d)| Op::Reset(k, d)),
                 2 => (0u16..64).prop_map(Op::PopDue),
+                1 => (2u32..6).prop_map(Op::RemoveIfDivisible),
             ]
         }
 
@@ -588,6 +631,18 @@ mod tests {
                             let got = heap.pop_due(t(ms));
                             prop_assert_eq!(got, expected);
                             if let Some(v) = got {
+                                keys[where_is[&v]].1 = None;
+                            }
+                        }
+                        Op::RemoveIfDivisible(by) => {
+                            let mut got = heap.remove_if(|v, _| v % by == 0);
+                            got.sort_unstable();
+                            let mut expected: Vec<u32> =
+                                model.values().copied().filter(|v| v % by == 0).collect();
+                            expected.sort_unstable();
+                            prop_assert_eq!(&got, &expected);
+                            model.retain(|_, v| *v % by != 0);
+                            for v in got {
                                 keys[where_is[&v]].1 = None;
                             }
                         }

@@ -532,6 +532,18 @@ impl<T> DelayQueue<T> {
         drop(old);
     }
 
+    /// Removes every entry for which `pred(value, deadline)` holds, in no
+    /// particular order; the others keep their keys. O(n). The predicate runs
+    /// under the queue's lock: it must not use the queue.
+    pub(crate) fn remove_if(&self, pred: impl FnMut(&T, Instant) -> bool) -> Vec<T> {
+        let mut state = self.shared.lock();
+        let before = state.heap.head();
+        let removed = state.heap.remove_if(pred);
+        let wake = state.head_changed(before);
+        self.shared.unlock_and_wake(state, wake);
+        removed
+    }
+
     /// Returns a [`Stream`](futures::Stream) of this queue's values, in
     /// deadline order as they come due. It shares the queue with `take` and
     /// other streams (each entry goes to exactly one consumer) and never

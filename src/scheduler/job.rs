@@ -1,0 +1,504 @@
+//! One job's state machine.
+//!
+//! Every job lives in one place, [`Job`]: its [`Phase`] says where it is, and
+//! every actor (the handle, the worker, `shutdown`) moves it through the same
+//! transitions. A transition runs with the pool lock, then the job's lock,
+//! held (in that order), so the pool's counters always agree with the phases.
+//!
+//! | from | event | to | counters |
+//! |---|---|---|---|
+//! | `New` | submitted | `Queued` | pending +1 |
+//! | `Queued` | a worker takes it | `Running` | pending -1, running +1 |
+//! | `Queued` | `cancel`/`abort`, a shutdown policy, `shutdown_now` | `Done(Cancelled)` | pending -1, cancelled +1 |
+//! | `Running` | run ends, one-shot | `Done(Ok)` | running -1, completed +1 |
+//! | `Running` | run ends, periodic, may go on | `Queued` (next deadline) | running -1, completed +1, pending +1 |
+//! | `Running` | run ends, periodic, cancelled or shut down | `Done(Cancelled)` | running -1, completed +1, cancelled +1 |
+//! | `Running` | run (or a periodic job's closure) panics | `Done(Panicked)` | running -1, panicked +1 |
+//! | `Running` | `cancel` on a periodic job | `Running { cancel }` | - |
+//! | `Running` | `abort`, `shutdown_now` | `Running { cancel }`, run stopped at its next await | - |
+//! | `Running` (stopped) | run aborted | `Done(Cancelled)` | running -1, cancelled +1 |
+//! | `Done` | the handle collects the result | `Collected` | - |
+//!
+//! `cancel` on a one-shot `Running` job and any cancel of a finished job
+//! change nothing and return `false`.
+//!
+//! While a job runs, the worker owns its work (the future, or the periodic
+//! closure), so no lock is held while user code runs; user values are dropped
+//! only after every lock is released.
+
+use super::error::{JobError, panic_message};
+use super::pool::{Pool, PoolState};
+use crate::queue::{Key, deadline_after};
+use futures::FutureExt;
+use futures::future::{AbortHandle, AbortRegistration, Abortable, BoxFuture};
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// What a job runs: a one-shot future or a periodic closure.
+pub(crate) trait Work: Send + Sized + 'static {
+    type Output: Send + 'static;
+    const PERIODIC: bool;
+
+    /// Starts one run: the future to run, and the work back if there may be
+    /// another run. Runs user code (a periodic job's closure), so it is never
+    /// called under a lock.
+    fn start(self) -> (BoxFuture<'static, Self::Output>, Option<Self>);
+
+    /// The deadline of the next run, given when the last one ended.
+    fn reschedule(&mut self, ended: Instant) -> Instant;
+}
+
+/// A one-shot job's future.
+pub(crate) struct Once<F>(pub(crate) F);
+
+impl<F> Work for Once<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    type Output = F::Output;
+    const PERIODIC: bool = false;
+
+    fn start(self) -> (BoxFuture<'static, F::Output>, Option<Self>) {
+        (Box::pin(self.0), None)
+    }
+
+    fn reschedule(&mut self, ended: Instant) -> Instant {
+        ended
+    }
+}
+
+/// A periodic job's closure and schedule.
+pub(crate) struct Periodic<G> {
+    pub(crate) make_run: G,
+    pub(crate) period: Duration,
+    /// Fixed rate counts from the last run's deadline, fixed delay from the
+    /// end of the last run.
+    pub(crate) fixed_rate: bool,
+    /// The deadline of the run that is queued or running.
+    pub(crate) deadline: Instant,
+}
+
+impl<G, Fut> Work for Periodic<G>
+where
+    G: FnMut() -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    type Output = ();
+    const PERIODIC: bool = true;
+
+    fn start(mut self) -> (BoxFuture<'static, ()>, Option<Self>) {
+        let run = (self.make_run)();
+        (Box::pin(run), Some(self))
+    }
+
+    fn reschedule(&mut self, ended: Instant) -> Instant {
+        let from = if self.fixed_rate {
+            self.deadline
+        } else {
+            ended
+        };
+        self.deadline = deadline_after(from, self.period);
+        self.deadline
+    }
+}
+
+/// How a finished job ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum End {
+    Completed,
+    Cancelled,
+    Panicked,
+}
+
+pub(crate) enum Phase<W: Work> {
+    /// Created, not yet queued (only inside `submit`).
+    New(W),
+    /// In the queue under `key`.
+    Queued { key: Key, work: W },
+    /// A worker owns the work. `cancel`: no later run, whatever the policy.
+    Running { cancel: bool, abort: AbortHandle },
+    /// Finished; the handle has not collected the result yet.
+    Done(Result<W::Output, JobError>),
+    /// Finished, result collected.
+    Collected(End),
+    /// Transient, inside a transition that moves the work out.
+    Moving,
+}
+
+struct JobState<W: Work> {
+    phase: Phase<W>,
+    /// The handle's waker, woken once the job is `Done`.
+    waker: Option<Waker>,
+    /// Completed runs.
+    runs: u64,
+}
+
+pub(crate) struct Job<W: Work> {
+    id: u64,
+    state: Mutex<JobState<W>>,
+}
+
+/// What a transition leaves to do once every lock is released.
+#[must_use]
+pub(crate) struct Cleanup {
+    garbage: Option<Box<dyn Any + Send>>,
+    waker: Option<Waker>,
+    abort: Option<AbortHandle>,
+}
+
+impl Cleanup {
+    pub(crate) const NONE: Cleanup = Cleanup {
+        garbage: None,
+        waker: None,
+        abort: None,
+    };
+
+    /// Drops user values, fires the abort, wakes the handle.
+    pub(crate) fn run(self) {
+        drop(self.garbage);
+        if let Some(abort) = self.abort {
+            abort.abort();
+        }
+        if let Some(waker) = self.waker {
+            waker.wake();
+        }
+    }
+}
+
+/// The type-erased view of a job that the pool's queue holds.
+pub(crate) trait Task: Send + Sync + 'static {
+    fn is_periodic(&self) -> bool;
+
+    /// Runs the job once on worker `worker`: starts it (unless it was
+    /// cancelled meanwhile), runs it, and ends the run.
+    fn run(self: Arc<Self>, pool: Arc<Pool>, worker: usize) -> BoxFuture<'static, ()>;
+
+    /// A shutdown policy removed this job from the queue: cancel it.
+    fn cancel_removed(&self, pool: &mut PoolState) -> Cleanup;
+
+    /// `shutdown_now`: stop the run in progress.
+    fn stop_run(&self) -> Cleanup;
+}
+
+/// The typed view of a job that its handle holds.
+pub(crate) trait Control<T>: Send + Sync {
+    fn id(&self) -> u64;
+    fn cancel(&self, pool: &Pool, abort: bool) -> bool;
+    fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<T, JobError>>;
+    fn end(&self) -> Option<End>;
+    fn cancel_requested(&self) -> bool;
+    fn next_run(&self, pool: &Pool) -> Option<Instant>;
+    fn runs(&self) -> u64;
+}
+
+/// How a run ended.
+enum Outcome<T> {
+    Returned(T),
+    Panicked(Box<dyn Any + Send>),
+    Aborted,
+}
+
+impl<W: Work> Job<W> {
+    pub(crate) fn new(id: u64, work: W) -> Self {
+        Job {
+            id,
+            state: Mutex::new(JobState {
+                phase: Phase::New(work),
+                waker: None,
+                runs: 0,
+            }),
+        }
+    }
+
+    /// User code never runs under this lock, so poisoning is ignored.
+    fn lock(&self) -> MutexGuard<'_, JobState<W>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `New` → `Queued` at `deadline`. The caller holds the pool lock, so no
+    /// worker can start the job before its key is recorded.
+    pub(crate) fn enqueue(self: &Arc<Self>, pool: &Pool, ps: &mut PoolState, deadline: Instant) {
+        let mut st = self.lock();
+        if let Phase::New(work) = std::mem::replace(&mut st.phase, Phase::Moving) {
+            let key = pool.queue.insert_at(self.clone(), deadline);
+            st.phase = Phase::Queued { key, work };
+            ps.stats.pending += 1;
+        }
+    }
+
+    /// `Queued` → `Running`, or → `Done(Cancelled)` if the scheduler stopped
+    /// or shut down (policies apply to a job a worker took off the queue at
+    /// that very moment). Returns the work to run and its abort registration.
+    fn begin(self: &Arc<Self>, pool: &Pool, worker: usize) -> Option<(W, AbortRegistration)> {
+        let mut ps = pool.lock();
+        let mut st = self.lock();
+        // Not queued: cancelled just as the worker took it off the queue.
+        let (_, work) = take_queued(&mut st.phase)?;
+        ps.stats.pending -= 1;
+        if ps.stopped || (ps.shutdown && W::PERIODIC && !pool.config.continue_periodic) {
+            ps.stats.cancelled += 1;
+            let cleanup = finish(&mut st, Err(JobError::Cancelled), Some(work));
+            drop(st);
+            pool.unlock(ps);
+            cleanup.run();
+            return None;
+        }
+        let (abort, registration) = AbortHandle::new_pair();
+        st.phase = Phase::Running {
+            cancel: false,
+            abort,
+        };
+        ps.stats.running += 1;
+        ps.running[worker] = Some(self.clone() as Arc<dyn Task>);
+        drop(st);
+        drop(ps);
+        Some((work, registration))
+    }
+
+    /// Ends a run: `Running` → `Queued` again (periodic) or `Done`.
+    fn end(
+        self: &Arc<Self>,
+        pool: &Pool,
+        worker: usize,
+        work: Option<W>,
+        outcome: Outcome<W::Output>,
+    ) {
+        let mut ps = pool.lock();
+        let mut st = self.lock();
+        ps.stats.running -= 1;
+        ps.running[worker] = None;
+        let cancel = matches!(st.phase, Phase::Running { cancel: true, .. });
+        let cleanup = match outcome {
+            Outcome::Aborted => {
+                ps.stats.cancelled += 1;
+                finish(&mut st, Err(JobError::Cancelled), work)
+            }
+            Outcome::Panicked(payload) => {
+                ps.stats.panicked += 1;
+                report_panic(self.id, W::PERIODIC, payload.as_ref());
+                finish(&mut st, Err(JobError::Panicked(payload)), work)
+            }
+            // `abort` won the race against a one-shot run that had already
+            // returned: `abort` said it cancelled the job, so it did.
+            Outcome::Returned(output) if cancel && !W::PERIODIC => {
+                ps.stats.cancelled += 1;
+                let cleanup = finish(&mut st, Err(JobError::Cancelled), work);
+                Cleanup {
+                    garbage: Some(Box::new(output)),
+                    ..cleanup
+                }
+            }
+            Outcome::Returned(output) => {
+                st.runs += 1;
+                ps.stats.completed += 1;
+                let shut = ps.stopped || (ps.shutdown && !pool.config.continue_periodic);
+                match work {
+                    Some(mut work) if !cancel && !shut => {
+                        let deadline = work.reschedule(Instant::now());
+                        let key = pool.queue.insert_at(self.clone(), deadline);
+                        st.phase = Phase::Queued { key, work };
+                        ps.stats.pending += 1;
+                        Cleanup::NONE
+                    }
+                    Some(work) => {
+                        ps.stats.cancelled += 1;
+                        finish(&mut st, Err(JobError::Cancelled), Some(work))
+                    }
+                    None => finish(&mut st, Ok(output), None),
+                }
+            }
+        };
+        drop(st);
+        pool.unlock(ps);
+        cleanup.run();
+    }
+
+    /// One whole run, as the worker sees it.
+    async fn run_once(self: Arc<Self>, pool: Arc<Pool>, worker: usize) {
+        let Some((work, registration)) = self.begin(&pool, worker) else {
+            return;
+        };
+        // A periodic job's closure is user code too: a panic there ends the
+        // job like a panic in its future.
+        let (outcome, work) = match std::panic::catch_unwind(AssertUnwindSafe(|| work.start())) {
+            Err(payload) => (Outcome::Panicked(payload), None),
+            Ok((run, work)) => {
+                let run = Abortable::new(AssertUnwindSafe(run).catch_unwind(), registration);
+                match run.await {
+                    Ok(Ok(output)) => (Outcome::Returned(output), work),
+                    Ok(Err(payload)) => (Outcome::Panicked(payload), work),
+                    Err(_aborted) => (Outcome::Aborted, work),
+                }
+            }
+        };
+        self.end(&pool, worker, work, outcome);
+    }
+}
+
+/// Takes the work out of a `Queued` phase; leaves any other phase as it was.
+fn take_queued<W: Work>(phase: &mut Phase<W>) -> Option<(Key, W)> {
+    match std::mem::replace(phase, Phase::Moving) {
+        Phase::Queued { key, work } => Some((key, work)),
+        other => {
+            *phase = other;
+            None
+        }
+    }
+}
+
+/// Moves the job to `Done(result)`; the work (if any) is dropped later.
+fn finish<W: Work>(
+    st: &mut JobState<W>,
+    result: Result<W::Output, JobError>,
+    work: Option<W>,
+) -> Cleanup {
+    st.phase = Phase::Done(result);
+    Cleanup {
+        garbage: work.map(|w| Box::new(w) as Box<dyn Any + Send>),
+        waker: st.waker.take(),
+        abort: None,
+    }
+}
+
+/// A stopped job must never be silent, least of all a periodic one.
+fn report_panic(id: u64, periodic: bool, payload: &(dyn Any + Send)) {
+    let message = panic_message(payload).unwrap_or("(non-string payload)");
+    if periodic {
+        tracing::error!(
+            job = id,
+            panic = message,
+            "periodic job panicked; it will not run again"
+        );
+    } else {
+        tracing::error!(job = id, panic = message, "job panicked");
+    }
+}
+
+impl<W: Work> Task for Job<W> {
+    fn is_periodic(&self) -> bool {
+        W::PERIODIC
+    }
+
+    fn run(self: Arc<Self>, pool: Arc<Pool>, worker: usize) -> BoxFuture<'static, ()> {
+        Box::pin(self.run_once(pool, worker))
+    }
+
+    fn cancel_removed(&self, ps: &mut PoolState) -> Cleanup {
+        let mut st = self.lock();
+        match take_queued(&mut st.phase) {
+            Some((_, work)) => {
+                ps.stats.pending -= 1;
+                ps.stats.cancelled += 1;
+                finish(&mut st, Err(JobError::Cancelled), Some(work))
+            }
+            None => Cleanup::NONE,
+        }
+    }
+
+    fn stop_run(&self) -> Cleanup {
+        let mut st = self.lock();
+        match &mut st.phase {
+            Phase::Running { cancel, abort } => {
+                *cancel = true;
+                Cleanup {
+                    abort: Some(abort.clone()),
+                    ..Cleanup::NONE
+                }
+            }
+            _ => Cleanup::NONE,
+        }
+    }
+}
+
+impl<W: Work> Control<W::Output> for Job<W> {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn cancel(&self, pool: &Pool, abort: bool) -> bool {
+        let mut ps = pool.lock();
+        let mut st = self.lock();
+        let mut removed = None;
+        let (cancelled, cleanup) = if let Some((key, work)) = take_queued(&mut st.phase) {
+            // Removed by key at once: no cancelled garbage waits in the
+            // queue for its deadline.
+            removed = pool.queue.remove(key);
+            ps.stats.pending -= 1;
+            ps.stats.cancelled += 1;
+            (true, finish(&mut st, Err(JobError::Cancelled), Some(work)))
+        } else {
+            match &mut st.phase {
+                // A one-shot run in progress can only be aborted; a periodic
+                // one may finish, but is not run again.
+                Phase::Running { cancel, abort: run } if abort || W::PERIODIC => {
+                    let first = !*cancel;
+                    *cancel = true;
+                    let cleanup = Cleanup {
+                        abort: abort.then(|| run.clone()),
+                        ..Cleanup::NONE
+                    };
+                    (first, cleanup)
+                }
+                _ => (false, Cleanup::NONE),
+            }
+        };
+        drop(st);
+        pool.unlock(ps);
+        drop(removed);
+        cleanup.run();
+        cancelled
+    }
+
+    fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<W::Output, JobError>> {
+        let mut st = self.lock();
+        match std::mem::replace(&mut st.phase, Phase::Moving) {
+            Phase::Done(result) => {
+                st.phase = Phase::Collected(match &result {
+                    Ok(_) => End::Completed,
+                    Err(JobError::Cancelled) => End::Cancelled,
+                    Err(JobError::Panicked(_)) => End::Panicked,
+                });
+                Poll::Ready(result)
+            }
+            Phase::Collected(_) => panic!("`JobHandle` polled after it returned its result"),
+            other => {
+                st.phase = other;
+                if !st.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    st.waker = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    fn end(&self) -> Option<End> {
+        match &self.lock().phase {
+            Phase::Done(Ok(_)) => Some(End::Completed),
+            Phase::Done(Err(JobError::Cancelled)) => Some(End::Cancelled),
+            Phase::Done(Err(JobError::Panicked(_))) => Some(End::Panicked),
+            Phase::Collected(end) => Some(*end),
+            _ => None,
+        }
+    }
+
+    fn cancel_requested(&self) -> bool {
+        matches!(self.lock().phase, Phase::Running { cancel: true, .. })
+    }
+
+    fn next_run(&self, pool: &Pool) -> Option<Instant> {
+        match &self.lock().phase {
+            Phase::Queued { key, .. } => pool.queue.deadline(*key),
+            _ => None,
+        }
+    }
+
+    fn runs(&self) -> u64 {
+        self.lock().runs
+    }
+}
