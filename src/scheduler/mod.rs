@@ -429,7 +429,7 @@ impl Scheduler {
     ///     Duration::from_secs(30),
     ///     || async { tokio::time::sleep(Duration::from_secs(5)).await },
     /// )?;
-    /// tokio::time::sleep(Duration::from_secs(40)).await;
+    /// tokio::time::sleep(Duration::from_secs(41)).await;
     /// assert_eq!(refresh.runs(), 2); // 0-5 s, then 35-40 s
     /// # Ok(())
     /// # }
