@@ -28,11 +28,16 @@ async fn cancel_before_start_removes_the_job_at_once() {
             unreachable!("cancelled jobs never run");
         })
         .unwrap();
-    let other = scheduler.schedule(Duration::from_secs(7200), async {}).unwrap();
+    let other = scheduler
+        .schedule(Duration::from_secs(7200), async {})
+        .unwrap();
     assert_eq!(scheduler.stats().pending, 2);
     assert!(job.cancel());
     assert_eq!(scheduler.stats().pending, 1, "pending drops at once");
-    assert!(dropped.load(Ordering::SeqCst), "the future is dropped at once");
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the future is dropped at once"
+    );
     assert!(job.is_cancelled());
     assert!(job.is_finished());
     assert_eq!(job.next_run(), None);
@@ -51,7 +56,13 @@ async fn cancel_after_finish_returns_false_and_changes_nothing() {
     assert!(!job.abort());
     assert!(!job.is_cancelled());
     assert_eq!(job.await.unwrap(), 5);
-    assert_eq!(scheduler.stats(), Stats { completed: 1, ..Stats::default() });
+    assert_eq!(
+        scheduler.stats(),
+        Stats {
+            completed: 1,
+            ..Stats::default()
+        }
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -127,7 +138,10 @@ async fn abort_stops_a_running_one_shot_at_its_next_await() {
     assert!(job.is_cancelled());
     assert!(job.await.unwrap_err().is_cancelled());
     sleep(MS * 20).await;
-    assert!(!after_await.load(Ordering::SeqCst), "code after the await never ran");
+    assert!(
+        !after_await.load(Ordering::SeqCst),
+        "code after the await never ran"
+    );
     let stats = scheduler.stats();
     assert_eq!((stats.running, stats.completed, stats.cancelled), (0, 0, 1));
 }
@@ -150,7 +164,11 @@ async fn abort_stops_a_running_periodic_job_and_every_later_run() {
     assert!(job.abort());
     assert!(job.await.unwrap_err().is_cancelled());
     sleep(MS * 50).await;
-    assert_eq!(completed.load(Ordering::SeqCst), 1, "the aborted run never finished");
+    assert_eq!(
+        completed.load(Ordering::SeqCst),
+        1,
+        "the aborted run never finished"
+    );
     let stats = scheduler.stats();
     assert_eq!((stats.completed, stats.cancelled), (1, 1));
 }
@@ -169,7 +187,11 @@ async fn abort_before_start_is_a_cancel() {
 async fn cancelled_jobs_leave_nothing_in_the_queue() {
     let scheduler = Scheduler::new(1);
     let handles: Vec<_> = (0..1000)
-        .map(|i| scheduler.schedule(Duration::from_secs(60 + i), async {}).unwrap())
+        .map(|i| {
+            scheduler
+                .schedule(Duration::from_secs(60 + i), async {})
+                .unwrap()
+        })
         .collect();
     for h in &handles {
         assert!(h.cancel());

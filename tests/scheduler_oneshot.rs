@@ -18,7 +18,13 @@ async fn result_comes_back_through_the_handle_at_the_deadline() {
     let (ran_at, value) = job.await.unwrap();
     assert_eq!(ran_at, start + MS * 30);
     assert_eq!(value, "payload");
-    assert_eq!(scheduler.stats(), Stats { completed: 1, ..Stats::default() });
+    assert_eq!(
+        scheduler.stats(),
+        Stats {
+            completed: 1,
+            ..Stats::default()
+        }
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -27,9 +33,18 @@ async fn jobs_run_in_deadline_order_then_submission_order() {
     let order = Arc::new(Mutex::new(Vec::new()));
     let deadline = Instant::now() + MS * 10;
     let mut handles = Vec::new();
-    for (label, at) in [("c", MS * 20), ("a1", MS * 10), ("b", MS * 15), ("a2", MS * 10)] {
+    for (label, at) in [
+        ("c", MS * 20),
+        ("a1", MS * 10),
+        ("b", MS * 15),
+        ("a2", MS * 10),
+    ] {
         let order = order.clone();
-        let at = if at == MS * 10 { deadline } else { Instant::now() + at };
+        let at = if at == MS * 10 {
+            deadline
+        } else {
+            Instant::now() + at
+        };
         handles.push(
             scheduler
                 .schedule_at(at, async move { order.lock().unwrap().push(label) })
@@ -48,7 +63,9 @@ async fn a_deadline_in_the_past_runs_at_once() {
     sleep(MS * 10).await;
     let past = Instant::now() - MS * 5;
     let start = Instant::now();
-    let job = scheduler.schedule_at(past, async { Instant::now() }).unwrap();
+    let job = scheduler
+        .schedule_at(past, async { Instant::now() })
+        .unwrap();
     assert_eq!(job.await.unwrap(), start);
 }
 
@@ -116,7 +133,9 @@ async fn duration_max_delays_do_not_panic() {
 async fn a_job_can_return_a_non_clone_value() {
     struct Token(#[allow(dead_code)] Vec<u8>);
     let scheduler = Scheduler::new(1);
-    let job = scheduler.schedule(MS, async { Token(vec![1, 2, 3]) }).unwrap();
+    let job = scheduler
+        .schedule(MS, async { Token(vec![1, 2, 3]) })
+        .unwrap();
     assert_eq!(job.await.unwrap().0, vec![1, 2, 3]);
 }
 

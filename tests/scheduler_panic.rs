@@ -12,7 +12,9 @@ const MS: Duration = Duration::from_millis(1);
 async fn a_panic_is_isolated_and_the_worker_keeps_serving() {
     let scheduler = Scheduler::new(1);
     let bad = scheduler.schedule(MS, async { panic!("bad job") }).unwrap();
-    let good = scheduler.schedule(MS * 2, async { "still serving" }).unwrap();
+    let good = scheduler
+        .schedule(MS * 2, async { "still serving" })
+        .unwrap();
     let err = bad.await.unwrap_err();
     assert!(err.is_panic());
     assert_eq!(err.to_string(), "job panicked: bad job");
@@ -76,7 +78,10 @@ async fn non_string_payloads_still_report() {
     let err = job.await.unwrap_err();
     assert_eq!(err.to_string(), "job panicked");
     assert_eq!(format!("{err:?}"), "Panicked(\"..\")");
-    assert_eq!(err.try_into_panic().unwrap().downcast_ref::<u32>(), Some(&42));
+    assert_eq!(
+        err.try_into_panic().unwrap().downcast_ref::<u32>(),
+        Some(&42)
+    );
 }
 
 mod tracing_event {

@@ -55,7 +55,10 @@ async fn fixed_rate_catches_up_back_to_back_without_overlap() {
     sleep(MS * 45).await;
     // Run 0 overruns to 25 ms; runs 1 (due 10) and 2 (due 20) follow at once,
     // then the schedule is caught up: run 3 at 30, run 4 at 40.
-    assert_eq!(*log.lock().unwrap(), vec![MS * 0, MS * 25, MS * 25, MS * 30, MS * 40]);
+    assert_eq!(
+        *log.lock().unwrap(),
+        vec![MS * 0, MS * 25, MS * 25, MS * 30, MS * 40]
+    );
     assert!(job.cancel());
 }
 
@@ -75,7 +78,10 @@ async fn fixed_delay_counts_from_the_end_of_the_previous_run() {
         })
         .unwrap();
     sleep(MS * 50).await;
-    assert_eq!(*log.lock().unwrap(), vec![MS * 2, MS * 15, MS * 28, MS * 41]);
+    assert_eq!(
+        *log.lock().unwrap(),
+        vec![MS * 2, MS * 15, MS * 28, MS * 41]
+    );
     assert_eq!(job.next_run(), Some(start + MS * 54));
 }
 

@@ -88,6 +88,11 @@ impl<T> JobHandle<T> {
     /// `Err(JobError::Cancelled)`. Returns `true` if this call cancelled the
     /// job; aborting a finished job returns `false` and changes nothing.
     ///
+    /// Once `abort` returned `true`, the handle resolves to
+    /// `Err(JobError::Cancelled)` even if the run returned before reaching
+    /// another await point (a job aborting itself, say): its output is
+    /// discarded.
+    ///
     /// # Examples
     ///
     /// ```

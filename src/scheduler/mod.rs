@@ -33,6 +33,9 @@ use tokio::time::Instant;
 /// down: its handle gets [`JobError::Panicked`], [`Stats::panicked`] counts
 /// it, and a `tracing` error event records it.
 ///
+/// A job that awaits another job's handle holds its worker while it waits:
+/// with one worker, or every worker doing so, that wait never ends.
+///
 /// `Scheduler` is a handle: clones share the pool. Dropping the last one
 /// shuts the pool down gracefully, as [`shutdown`](Scheduler::shutdown)
 /// does. (A job that holds a clone keeps the pool alive.)
