@@ -2,7 +2,9 @@
 
 #![allow(dead_code)]
 
-use punctual::{DelayQueue, Key, TakeStream};
+use punctual::{
+    Builder, DelayQueue, JobError, JobHandle, Key, ScheduleError, Scheduler, Stats, TakeStream,
+};
 use std::rc::Rc;
 
 fn send_sync<T: Send + Sync>(_: &T) {}
@@ -39,4 +41,27 @@ impl<T: ?Sized + Send> AmbiguousIfSend<u8> for T {}
 fn queue_of_non_send_is_not_send() {
     <DelayQueue<Rc<()>> as AmbiguousIfSend<_>>::some_item();
     <TakeStream<Rc<()>> as AmbiguousIfSend<_>>::some_item();
+}
+
+#[test]
+fn scheduler_types_are_send_and_sync() {
+    fn send_sync_type<T: Send + Sync + std::fmt::Debug>() {}
+    fn send_type<T: Send + std::fmt::Debug>() {}
+    send_sync_type::<Scheduler>();
+    send_sync_type::<Builder>();
+    send_sync_type::<JobHandle<String>>();
+    send_sync_type::<Stats>();
+    send_sync_type::<ScheduleError>();
+    send_type::<JobError>();
+}
+
+#[tokio::test(start_paused = true)]
+async fn scheduler_futures_are_send() {
+    let scheduler = Scheduler::new(1);
+    send(&scheduler.terminated());
+    let handle = scheduler
+        .schedule(std::time::Duration::ZERO, async { 1u8 })
+        .unwrap();
+    send(&handle);
+    assert_eq!(handle.await.unwrap(), 1);
 }
