@@ -57,7 +57,7 @@ async fn fixed_rate_catches_up_back_to_back_without_overlap() {
     // then the schedule is caught up: run 3 at 30, run 4 at 40.
     assert_eq!(
         *log.lock().unwrap(),
-        vec![MS * 0, MS * 25, MS * 25, MS * 30, MS * 40]
+        vec![Duration::ZERO, MS * 25, MS * 25, MS * 30, MS * 40]
     );
     assert!(job.cancel());
 }

@@ -32,7 +32,7 @@ async fn random_schedule_cancel_abort_ends_every_job_exactly_once() {
             let (scheduler, ran, periodic_runs) =
                 (scheduler.clone(), ran.clone(), periodic_runs.clone());
             tokio::spawn(async move {
-                let mut rng = Rng(0xA5A5_5A5A_1234_5678 ^ (p as u64 + 1) * 0x9E37_79B9);
+                let mut rng = Rng(0xA5A5_5A5A_1234_5678 ^ ((p as u64 + 1) * 0x9E37_79B9));
                 let mut outcomes = Vec::with_capacity(PER_PRODUCER);
                 let mut handles = Vec::new();
                 for i in 0..PER_PRODUCER {
