@@ -44,9 +44,20 @@ fn shuffled(n: usize) -> Vec<usize> {
 
 // ------------------------------------------------------- schedule + cancel
 
-/// Times scheduling `CHURN_N` jobs due in an hour (`cancel == false`), or
-/// cancelling all of them in random order (`cancel == true`).
-fn churn_ours(rt: &Runtime, order: &[usize], cancel: bool) -> Duration {
+/// What a churn iteration times.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Scheduling `CHURN_N` jobs due in an hour.
+    Schedule,
+    /// The cancel calls, in random order.
+    Cancel,
+    /// From the first cancel until every job is freed. The same as `Cancel`
+    /// for punctual (`cancel` removes and drops the job); for the peer it
+    /// adds the runtime's work of dropping the aborted tasks.
+    CancelFreed,
+}
+
+fn churn_ours(rt: &Runtime, order: &[usize], phase: Phase) -> Duration {
     rt.block_on(async {
         let scheduler = Scheduler::new(WORKERS);
         let hour = Duration::from_secs(3600);
@@ -65,11 +76,15 @@ fn churn_ours(rt: &Runtime, order: &[usize], cancel: bool) -> Duration {
         }
         let cancelled = start.elapsed();
         scheduler.shutdown_now();
-        if cancel { cancelled } else { scheduled }
+        if phase == Phase::Schedule {
+            scheduled
+        } else {
+            cancelled
+        }
     })
 }
 
-fn churn_spawn(rt: &Runtime, order: &[usize], cancel: bool) -> Duration {
+fn churn_spawn(rt: &Runtime, order: &[usize], phase: Phase) -> Duration {
     rt.block_on(async {
         let deadline = Instant::now() + Duration::from_secs(3600);
         let start = Instant::now();
@@ -90,7 +105,12 @@ fn churn_spawn(rt: &Runtime, order: &[usize], cancel: bool) -> Duration {
         for h in handles {
             let _ = h.await;
         }
-        if cancel { cancelled } else { scheduled }
+        let freed = start.elapsed();
+        match phase {
+            Phase::Schedule => scheduled,
+            Phase::Cancel => cancelled,
+            Phase::CancelFreed => freed,
+        }
     })
 }
 
@@ -101,14 +121,21 @@ fn churn(c: &mut Criterion) {
     g.sample_size(10)
         .sampling_mode(SamplingMode::Flat)
         .throughput(Throughput::Elements(CHURN_N as u64));
-    for (op, cancel) in [("schedule", false), ("cancel", true)] {
+    for (op, phase) in [("schedule", Phase::Schedule), ("cancel", Phase::Cancel)] {
         g.bench_function(format!("{op}/punctual"), |b| {
-            b.iter_custom(|iters| (0..iters).map(|_| churn_ours(&rt, &order, cancel)).sum())
+            b.iter_custom(|iters| (0..iters).map(|_| churn_ours(&rt, &order, phase)).sum())
         });
         g.bench_function(format!("{op}/spawn"), |b| {
-            b.iter_custom(|iters| (0..iters).map(|_| churn_spawn(&rt, &order, cancel)).sum())
+            b.iter_custom(|iters| (0..iters).map(|_| churn_spawn(&rt, &order, phase)).sum())
         });
     }
+    g.bench_function("cancel-freed/spawn", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| churn_spawn(&rt, &order, Phase::CancelFreed))
+                .sum()
+        })
+    });
     g.finish();
 }
 
@@ -325,10 +352,17 @@ fn main() {
     };
     let (s_ours, s_peer) = (per_job("schedule_punctual"), per_job("schedule_spawn"));
     let (c_ours, c_peer) = (per_job("cancel_punctual"), per_job("cancel_spawn"));
+    let freed_peer = per_job("cancel-freed_spawn");
     for (label, ours, peer) in [
         ("schedule 1M one-shot jobs due in 1 h", s_ours, s_peer),
         ("cancel them through handles, random order", c_ours, c_peer),
         ("schedule + cancel, total", s_ours + c_ours, s_peer + c_peer),
+        ("cancel until every job is freed", c_ours, freed_peer),
+        (
+            "schedule + cancel until freed, total",
+            s_ours + c_ours,
+            s_peer + freed_peer,
+        ),
     ] {
         rows.push(Row {
             workload: label.into(),
