@@ -44,3 +44,8 @@ mod scheduler;
 
 pub use queue::{DelayQueue, Key, TakeStream};
 pub use scheduler::{Builder, JobError, JobHandle, ScheduleError, Scheduler, Stats};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
