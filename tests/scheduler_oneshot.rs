@@ -160,7 +160,13 @@ fn building_outside_a_runtime_panics() {
 }
 
 #[test]
-#[should_panic(expected = "`n` must be at least 1")]
+#[should_panic(expected = "number of workers `n` must be at least 1")]
 fn zero_workers_panics() {
     let _ = Scheduler::builder().workers(0);
+}
+
+#[tokio::test]
+#[should_panic(expected = "number of workers `n` must be at least 1")]
+async fn scheduler_new_with_zero_workers_panics() {
+    let _ = Scheduler::new(0);
 }

@@ -4,7 +4,7 @@ use punctual::{JobError, Scheduler};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio::time::sleep;
+use tokio::time::{sleep, timeout};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -82,4 +82,51 @@ async fn non_string_payloads_still_report() {
         err.try_into_panic().unwrap().downcast_ref::<u32>(),
         Some(&42)
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_while_the_worker_drops_a_job_does_not_kill_it() {
+    struct PanicsOnDrop;
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            panic!("drop failed");
+        }
+    }
+    /// Completes at once; its `Drop` panics, after the run.
+    struct Finished(PanicsOnDrop);
+    impl std::future::Future for Finished {
+        type Output = u8;
+        fn poll(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<u8> {
+            std::task::Poll::Ready(1)
+        }
+    }
+
+    let scheduler = Scheduler::new(1);
+    let one_shot = scheduler.schedule(MS, Finished(PanicsOnDrop)).unwrap();
+    // Bounded: a dead worker would otherwise hang the test.
+    let limit = Duration::from_secs(3600);
+    let one_shot = timeout(limit, one_shot).await.expect("worker died");
+    assert_eq!(one_shot.unwrap(), 1, "the run itself succeeded");
+
+    // Cancelled mid-run: the worker drops the closure when the run ends.
+    let guard = PanicsOnDrop;
+    let periodic = scheduler
+        .schedule_at_fixed_rate(MS, MS * 10, move || {
+            let _keep = &guard;
+            sleep(MS * 5)
+        })
+        .unwrap();
+    sleep(MS * 3).await;
+    assert!(periodic.cancel());
+    let periodic = timeout(limit, periodic).await.expect("handle never woken");
+    assert!(periodic.unwrap_err().is_cancelled());
+
+    let next = scheduler.schedule(MS, async { "still serving" }).unwrap();
+    let next = timeout(limit, next).await.expect("worker died");
+    assert_eq!(next.unwrap(), "still serving");
+    let stats = scheduler.stats();
+    assert_eq!((stats.running, stats.completed), (0, 3));
 }

@@ -33,7 +33,7 @@ use futures::FutureExt;
 use futures::future::{AbortHandle, AbortRegistration, Abortable, BoxFuture};
 use std::any::Any;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -159,15 +159,16 @@ impl Cleanup {
         abort: None,
     };
 
-    /// Drops user values, fires the abort, wakes the handle.
+    /// Fires the abort, wakes the handle, then drops user values: last, so
+    /// that a `Drop` that panics cannot leave the handle unwoken.
     pub(crate) fn run(self) {
-        drop(self.garbage);
         if let Some(abort) = self.abort {
             abort.abort();
         }
         if let Some(waker) = self.waker {
             waker.wake();
         }
+        drop(self.garbage);
     }
 }
 
@@ -326,18 +327,37 @@ impl<W: Work> Job<W> {
         };
         // A periodic job's closure is user code too: a panic there ends the
         // job like a panic in its future.
-        let (outcome, work) = match std::panic::catch_unwind(AssertUnwindSafe(|| work.start())) {
+        let (outcome, work) = match catch_unwind(AssertUnwindSafe(|| work.start())) {
             Err(payload) => (Outcome::Panicked(payload), None),
             Ok((run, work)) => {
-                let run = Abortable::new(AssertUnwindSafe(run).catch_unwind(), registration);
-                match run.await {
+                let mut run = Abortable::new(AssertUnwindSafe(run).catch_unwind(), registration);
+                let result = (&mut run).await;
+                // Dropping the future runs user code too (its `Drop`).
+                self.contain(catch_unwind(AssertUnwindSafe(move || drop(run))));
+                match result {
                     Ok(Ok(output)) => (Outcome::Returned(output), work),
                     Ok(Err(payload)) => (Outcome::Panicked(payload), work),
                     Err(_aborted) => (Outcome::Aborted, work),
                 }
             }
         };
-        self.end(&pool, worker, work, outcome);
+        // `end` drops the closure or output of a finished job: user code.
+        self.contain(catch_unwind(AssertUnwindSafe(|| {
+            self.end(&pool, worker, work, outcome);
+        })));
+    }
+
+    /// Keeps a panic from a user value's `Drop` from taking the worker down.
+    /// The job's transition is complete by then; the panic is reported.
+    fn contain(&self, dropped: std::thread::Result<()>) {
+        if let Err(payload) = dropped {
+            let message = panic_message(payload.as_ref()).unwrap_or("(non-string payload)");
+            tracing::error!(
+                job = self.id,
+                panic = message,
+                "dropping a job's value panicked"
+            );
+        }
     }
 }
 

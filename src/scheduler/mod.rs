@@ -126,7 +126,7 @@ impl Builder {
     /// ```
     #[track_caller]
     pub fn workers(mut self, n: usize) -> Self {
-        assert!(n > 0, "Builder::workers: `n` must be at least 1");
+        assert!(n > 0, "the number of workers `n` must be at least 1, got 0");
         self.workers = Some(n);
         self
     }
