@@ -65,6 +65,23 @@ pub struct DelayQueue<T> {
 /// keys of other queues, every method that accepts a key returns `None` or
 /// `false` and touches nothing: keys carry a generation and the queue's
 /// identity, so they never alias a later entry.
+///
+/// # Examples
+///
+/// ```
+/// use punctual::DelayQueue;
+/// use std::time::Duration;
+///
+/// let orders = DelayQueue::new();
+/// let key = orders.insert("order 1", Duration::from_secs(60));
+/// assert_eq!(orders.remove(key), Some("order 1"));
+///
+/// // The slot is reused, but the old key cannot reach the new entry.
+/// let new_key = orders.insert("order 2", Duration::from_secs(60));
+/// assert_ne!(key, new_key);
+/// assert_eq!(orders.remove(key), None);
+/// assert!(orders.contains(new_key));
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Key {
     slot: u32,

@@ -1,7 +1,7 @@
 //! [`JobHandle`]: await, cancel and inspect one scheduled job.
 
 use super::error::JobError;
-use super::job::{Control, End};
+use super::job::Control;
 use super::pool::Pool;
 use std::fmt;
 use std::future::Future;
@@ -137,7 +137,7 @@ impl<T> JobHandle<T> {
     /// # }
     /// ```
     pub fn is_cancelled(&self) -> bool {
-        self.job.end() == Some(End::Cancelled) || self.job.cancel_requested()
+        self.job.is_cancelled()
     }
 
     /// Whether the job is over: completed, cancelled or panicked. A periodic

@@ -193,7 +193,8 @@ pub(crate) trait Control<T>: Send + Sync {
     fn cancel(&self, pool: &Pool, abort: bool) -> bool;
     fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<T, JobError>>;
     fn end(&self) -> Option<End>;
-    fn cancel_requested(&self) -> bool;
+    /// Ended cancelled, or a cancel of the run in progress was accepted.
+    fn is_cancelled(&self) -> bool;
     fn next_run(&self, pool: &Pool) -> Option<Instant>;
     fn runs(&self) -> u64;
 }
@@ -282,7 +283,6 @@ impl<W: Work> Job<W> {
             }
             Outcome::Panicked(payload) => {
                 ps.stats.panicked += 1;
-                report_panic(self.id, W::PERIODIC, payload.as_ref());
                 finish(&mut st, Err(JobError::Panicked(payload)), work)
             }
             // `abort` won the race against a one-shot run that had already
@@ -341,6 +341,10 @@ impl<W: Work> Job<W> {
                 }
             }
         };
+        if let Outcome::Panicked(payload) = &outcome {
+            // Before `end` takes the locks: a subscriber is user code too.
+            report_panic(self.id, W::PERIODIC, payload.as_ref());
+        }
         // `end` drops the closure or output of a finished job: user code.
         self.contain(catch_unwind(AssertUnwindSafe(|| {
             self.end(&pool, worker, work, outcome);
@@ -507,8 +511,13 @@ impl<W: Work> Control<W::Output> for Job<W> {
         }
     }
 
-    fn cancel_requested(&self) -> bool {
-        matches!(self.lock().phase, Phase::Running { cancel: true, .. })
+    fn is_cancelled(&self) -> bool {
+        matches!(
+            self.lock().phase,
+            Phase::Running { cancel: true, .. }
+                | Phase::Done(Err(JobError::Cancelled))
+                | Phase::Collected(End::Cancelled)
+        )
     }
 
     fn next_run(&self, pool: &Pool) -> Option<Instant> {
