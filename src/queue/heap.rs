@@ -349,22 +349,27 @@ impl<T> Heap<T> {
         pos
     }
 
+    /// The position of the smallest child of `pos`, if it has children.
+    #[inline]
+    fn min_child(&self, pos: usize) -> Option<usize> {
+        let len = self.entries.len();
+        let first = pos * ARITY + 1;
+        if first >= len {
+            return None;
+        }
+        let mut min = first;
+        for child in first + 1..(first + ARITY).min(len) {
+            if self.entries[child].less(&self.entries[min]) {
+                min = child;
+            }
+        }
+        Some(min)
+    }
+
     /// Moves the entry at `pos` down to its place.
     fn sift_down(&mut self, mut pos: usize) {
-        let len = self.entries.len();
         let entry = self.entries[pos];
-        loop {
-            let first = pos * ARITY + 1;
-            if first >= len {
-                break;
-            }
-            let last = (first + ARITY).min(len);
-            let mut min = first;
-            for child in first + 1..last {
-                if self.entries[child].less(&self.entries[min]) {
-                    min = child;
-                }
-            }
+        while let Some(min) = self.min_child(pos) {
             let below = self.entries[min];
             if !below.less(&entry) {
                 break;
@@ -380,21 +385,9 @@ impl<T> Heap<T> {
     /// to a leaf; then the entry is placed there and sifted up. Saves the
     /// comparison with the held entry on the way down.
     fn sift_hole_down_then_up(&mut self) {
-        let len = self.entries.len();
         let held = self.entries[0];
         let mut hole = 0;
-        loop {
-            let first = hole * ARITY + 1;
-            if first >= len {
-                break;
-            }
-            let last = (first + ARITY).min(len);
-            let mut min = first;
-            for child in first + 1..last {
-                if self.entries[child].less(&self.entries[min]) {
-                    min = child;
-                }
-            }
+        while let Some(min) = self.min_child(hole) {
             let below = self.entries[min];
             self.place(hole, below);
             hole = min;
