@@ -335,6 +335,57 @@ impl Naive {
     }
 }
 
+/// A queue that consumers share directly: ours and the naive peer.
+trait SharedQueue: Clone + Send + Sync + 'static {
+    fn insert(&self, value: u64, delay: Duration);
+    fn take(&self) -> impl Future<Output = u64> + Send + '_;
+}
+
+impl SharedQueue for punctual::DelayQueue<u64> {
+    fn insert(&self, value: u64, delay: Duration) {
+        punctual::DelayQueue::insert(self, value, delay);
+    }
+    fn take(&self) -> impl Future<Output = u64> + Send + '_ {
+        punctual::DelayQueue::take(self)
+    }
+}
+
+impl SharedQueue for Arc<Naive> {
+    fn insert(&self, value: u64, delay: Duration) {
+        Naive::insert(self, value, delay);
+    }
+    fn take(&self) -> impl Future<Output = u64> + Send + '_ {
+        Naive::take(self)
+    }
+}
+
+/// Spawns `CONSUMERS` consumers on `queue`, then inserts every delay;
+/// returns when inserting started.
+async fn spawn_shared<Q: SharedQueue>(
+    queue: Q,
+    tally: &Arc<Tally>,
+    n: usize,
+    delays: &[Duration],
+    consumers: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> Instant {
+    for _ in 0..CONSUMERS {
+        let (q, tally) = (queue.clone(), tally.clone());
+        consumers.push(tokio::spawn(async move {
+            loop {
+                tally.takes.fetch_add(1, Ordering::Relaxed);
+                black_box(counted(q.take(), &tally.polls).await);
+                tally.delivered_one(n);
+            }
+        }));
+    }
+    tokio::task::yield_now().await;
+    let start = Instant::now();
+    for (i, d) in delays.iter().enumerate() {
+        queue.insert(i as u64, *d);
+    }
+    start
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Design {
     Punctual,
@@ -361,44 +412,22 @@ fn many_consumers(rt: &Runtime, design: Design, delays: &[Duration]) -> RunStats
         let start;
         match design {
             Design::Punctual => {
-                let q = punctual::DelayQueue::new();
-                for _ in 0..CONSUMERS {
-                    let (q, tally) = (q.clone(), tally.clone());
-                    consumers.push(tokio::spawn(async move {
-                        loop {
-                            tally.takes.fetch_add(1, Ordering::Relaxed);
-                            black_box(counted(q.take(), &tally.polls).await);
-                            tally.delivered_one(n);
-                        }
-                    }));
-                }
-                tokio::task::yield_now().await;
-                start = Instant::now();
-                for (i, d) in delays.iter().enumerate() {
-                    q.insert(i as u64, *d);
-                }
+                start = spawn_shared(
+                    punctual::DelayQueue::new(),
+                    &tally,
+                    n,
+                    delays,
+                    &mut consumers,
+                )
+                .await;
             }
             Design::Naive => {
-                let q = Arc::new(Naive {
+                let naive = Arc::new(Naive {
                     heap: Mutex::new(BinaryHeap::new()),
                     seq: AtomicUsize::new(0),
                     notify: Notify::new(),
                 });
-                for _ in 0..CONSUMERS {
-                    let (q, tally) = (q.clone(), tally.clone());
-                    consumers.push(tokio::spawn(async move {
-                        loop {
-                            tally.takes.fetch_add(1, Ordering::Relaxed);
-                            black_box(counted(q.take(), &tally.polls).await);
-                            tally.delivered_one(n);
-                        }
-                    }));
-                }
-                tokio::task::yield_now().await;
-                start = Instant::now();
-                for (i, d) in delays.iter().enumerate() {
-                    q.insert(i as u64, *d);
-                }
+                start = spawn_shared(naive, &tally, n, delays, &mut consumers).await;
             }
             Design::Dispatcher => {
                 let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel::<(u64, Duration)>();

@@ -44,6 +44,31 @@ fn shuffled(n: usize) -> Vec<usize> {
 
 // ------------------------------------------------------- schedule + cancel
 
+/// `CHURN_N` one-shot jobs due in an hour, on the scheduler.
+fn schedule_ours(scheduler: &Scheduler) -> Vec<punctual::JobHandle<u64>> {
+    let hour = Duration::from_secs(3600);
+    (0..CHURN_N as u64)
+        .map(|i| {
+            scheduler
+                .schedule(hour, async move { black_box(i) })
+                .unwrap()
+        })
+        .collect()
+}
+
+/// `CHURN_N` jobs due in an hour, one task each.
+fn spawn_peer() -> Vec<tokio::task::JoinHandle<u64>> {
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    (0..CHURN_N as u64)
+        .map(|i| {
+            tokio::spawn(async move {
+                sleep_until(deadline).await;
+                black_box(i)
+            })
+        })
+        .collect()
+}
+
 /// What a churn iteration times.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -60,15 +85,8 @@ enum Phase {
 fn churn_ours(rt: &Runtime, order: &[usize], phase: Phase) -> Duration {
     rt.block_on(async {
         let scheduler = Scheduler::new(WORKERS);
-        let hour = Duration::from_secs(3600);
         let start = Instant::now();
-        let handles: Vec<_> = (0..CHURN_N as u64)
-            .map(|i| {
-                scheduler
-                    .schedule(hour, async move { black_box(i) })
-                    .unwrap()
-            })
-            .collect();
+        let handles = schedule_ours(&scheduler);
         let scheduled = start.elapsed();
         let start = Instant::now();
         for &i in order {
@@ -86,16 +104,8 @@ fn churn_ours(rt: &Runtime, order: &[usize], phase: Phase) -> Duration {
 
 fn churn_spawn(rt: &Runtime, order: &[usize], phase: Phase) -> Duration {
     rt.block_on(async {
-        let deadline = Instant::now() + Duration::from_secs(3600);
         let start = Instant::now();
-        let handles: Vec<_> = (0..CHURN_N as u64)
-            .map(|i| {
-                tokio::spawn(async move {
-                    sleep_until(deadline).await;
-                    black_box(i)
-                })
-            })
-            .collect();
+        let handles = spawn_peer();
         let scheduled = start.elapsed();
         let start = Instant::now();
         for &i in order {
@@ -225,7 +235,6 @@ fn memory_child(ours: bool) -> Vec<f64> {
         let scheduler = Scheduler::new(WORKERS);
         tokio::task::yield_now().await;
         let (rss0, heap0) = (support::rss_bytes(), support::allocated_bytes());
-        let hour = Duration::from_secs(3600);
         let per = || {
             vec![
                 (support::rss_bytes() - rss0) as f64 / CHURN_N as f64,
@@ -233,27 +242,13 @@ fn memory_child(ours: bool) -> Vec<f64> {
             ]
         };
         if ours {
-            let handles: Vec<_> = (0..CHURN_N as u64)
-                .map(|i| {
-                    scheduler
-                        .schedule(hour, async move { black_box(i) })
-                        .unwrap()
-                })
-                .collect();
+            let handles = schedule_ours(&scheduler);
             let v = per();
             black_box(&handles);
             scheduler.shutdown_now();
             v
         } else {
-            let deadline = Instant::now() + hour;
-            let handles: Vec<_> = (0..CHURN_N as u64)
-                .map(|i| {
-                    tokio::spawn(async move {
-                        sleep_until(deadline).await;
-                        black_box(i)
-                    })
-                })
-                .collect();
+            let handles = spawn_peer();
             // Let the workers poll every task once, so each holds its timer.
             sleep(Duration::from_millis(200)).await;
             let v = per();
