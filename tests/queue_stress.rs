@@ -2,6 +2,9 @@
 //! futures dropped at random: every value is delivered or removed exactly
 //! once, and nothing is stranded.
 
+mod common;
+
+use common::Rng;
 use futures::StreamExt;
 use punctual::DelayQueue;
 use std::sync::Arc;
@@ -13,20 +16,6 @@ const PRODUCERS: usize = 4;
 const PER_PRODUCER: usize = 3_000;
 const CONSUMERS: usize = 96;
 const TOTAL: usize = PRODUCERS * PER_PRODUCER;
-
-/// xorshift64*: deterministic per seed, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 struct Ledger {
     delivered: Vec<AtomicU8>,

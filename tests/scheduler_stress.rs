@@ -1,6 +1,9 @@
 //! Many producers scheduling, cancelling and aborting at random on the
 //! multi-thread runtime: every job ends exactly once and the counters agree.
 
+mod common;
+
+use common::Rng;
 use punctual::{JobError, Scheduler};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -10,16 +13,6 @@ use tokio::time::{sleep, timeout};
 const PRODUCERS: usize = 8;
 const PER_PRODUCER: usize = 1_500;
 const TOTAL: usize = PRODUCERS * PER_PRODUCER;
-
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn random_schedule_cancel_abort_ends_every_job_exactly_once() {

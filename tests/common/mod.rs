@@ -1,0 +1,18 @@
+//! Helpers shared by the integration tests.
+
+/// xorshift64*: deterministic per seed, no dependency.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform enough in `0..n` for test inputs.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
