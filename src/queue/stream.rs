@@ -65,10 +65,6 @@ impl<T: Send + 'static> Stream for TakeStream<T> {
         this.pending = None;
         Poll::Ready(Some(value))
     }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (0, None)
-    }
 }
 
 impl<T> fmt::Debug for TakeStream<T> {
