@@ -42,7 +42,7 @@
 mod queue;
 mod scheduler;
 
-pub use queue::{DelayQueue, Key, TakeStream};
+pub use queue::{DelayQueue, Full, Key, TakeStream};
 pub use scheduler::{Builder, JobError, JobHandle, ScheduleError, Scheduler, Stats};
 
 /// The README's examples, compiled and run as doctests.
