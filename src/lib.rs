@@ -43,7 +43,7 @@ mod queue;
 mod scheduler;
 
 pub use queue::{DelayQueue, Full, Key, TakeStream};
-pub use scheduler::{Builder, JobError, JobHandle, ScheduleError, Scheduler, Stats};
+pub use scheduler::{Builder, JobError, JobHandle, MissedTicks, ScheduleError, Scheduler, Stats};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -5,10 +5,12 @@ mod handle;
 mod job;
 mod pool;
 mod stats;
+mod ticks;
 
 pub use error::{JobError, ScheduleError};
 pub use handle::JobHandle;
 pub use stats::Stats;
+pub use ticks::MissedTicks;
 
 use crate::queue::deadline_after;
 use job::{Job, Once, Periodic, Work};
@@ -17,6 +19,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use ticks::Cadence;
 use tokio::time::Instant;
 
 /// A pool of worker tasks that run one-shot and periodic jobs at their
@@ -354,7 +357,9 @@ impl Scheduler {
     ///
     /// A run that overruns its period delays the next one (runs of one job
     /// never overlap); late runs then follow back to back until the schedule
-    /// is caught up:
+    /// is caught up ([`MissedTicks::Burst`]; see
+    /// [`schedule_at_fixed_rate_with`](Scheduler::schedule_at_fixed_rate_with)
+    /// for the other policies):
     ///
     /// ```text
     /// period 10, run 1 takes 25:
@@ -400,7 +405,69 @@ impl Scheduler {
         F: FnMut() -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.submit_periodic(initial_delay, period, true, job)
+        self.schedule_at_fixed_rate_with(initial_delay, period, MissedTicks::Burst, job)
+    }
+
+    /// Runs `job()` periodically at a fixed rate, like
+    /// [`schedule_at_fixed_rate`](Scheduler::schedule_at_fixed_rate), with
+    /// `missed` saying what happens after runs were missed (a run that
+    /// overran its period, a stalled worker): run them back to back
+    /// ([`Burst`](MissedTicks::Burst)), run once at once and restart the
+    /// schedule from there ([`Delay`](MissedTicks::Delay)), or drop them
+    /// ([`Skip`](MissedTicks::Skip)). Runs never overlap.
+    ///
+    /// ```text
+    /// period 10, the run due at 0 takes 25, later runs take 2:
+    /// Burst:  [0-----------25][25-27][27-29][30-32][40-42]
+    /// Delay:  [0-----------25][25-27]   [35-37]   [45-47]
+    /// Skip:   [0-----------25]     [30-32][40-42][50-52]
+    /// ```
+    ///
+    /// [`MissedTicks`] has the full timelines, stalled worker included.
+    ///
+    /// # Errors
+    ///
+    /// [`ScheduleError::Shutdown`] after [`shutdown`](Scheduler::shutdown)
+    /// (this error wins), [`ScheduleError::ZeroPeriod`] if `period` is zero,
+    /// [`ScheduleError::Full`] if [`max_pending`](Builder::max_pending) jobs
+    /// are pending.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::{MissedTicks, Scheduler};
+    /// use std::time::Duration;
+    /// use tokio::time::sleep;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), punctual::ScheduleError> {
+    /// let scheduler = Scheduler::new(1);
+    /// // A poll that sometimes hangs for minutes: never poll twice in a row.
+    /// let poll = scheduler.schedule_at_fixed_rate_with(
+    ///     Duration::ZERO,
+    ///     Duration::from_secs(10),
+    ///     MissedTicks::Delay,
+    ///     || async { sleep(Duration::from_secs(25)).await },
+    /// )?;
+    /// sleep(Duration::from_secs(30)).await;
+    /// // The first run ended at 25 s; the second started then, not at 10 s.
+    /// assert_eq!(poll.runs(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn schedule_at_fixed_rate_with<F, Fut>(
+        &self,
+        initial_delay: Duration,
+        period: Duration,
+        missed: MissedTicks,
+        job: F,
+    ) -> Result<JobHandle<()>, ScheduleError>
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let cadence = Cadence::FixedRate { period, missed };
+        self.submit_periodic(initial_delay, cadence, period.is_zero(), job)
     }
 
     /// Runs `job()` periodically, each run starting `delay` after the
@@ -447,28 +514,24 @@ impl Scheduler {
         F: FnMut() -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.submit_periodic(initial_delay, delay, false, job)
+        let cadence = Cadence::FixedDelay { delay };
+        self.submit_periodic(initial_delay, cadence, delay.is_zero(), job)
     }
 
     fn submit_periodic<F, Fut>(
         &self,
         initial_delay: Duration,
-        period: Duration,
-        fixed_rate: bool,
+        cadence: Cadence,
+        zero_period: bool,
         job: F,
     ) -> Result<JobHandle<()>, ScheduleError>
     where
         F: FnMut() -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let deadline = deadline_after(Instant::now(), initial_delay);
-        let work = Periodic {
-            make_run: job,
-            period,
-            fixed_rate,
-            deadline,
-        };
-        self.submit(work, deadline, period.is_zero())
+        let now = Instant::now();
+        let deadline = deadline_after(now, initial_delay);
+        self.submit(periodic(job, cadence, deadline, now), deadline, zero_period)
     }
 
     fn submit<W: Work>(
@@ -640,6 +703,16 @@ impl Scheduler {
     /// ```
     pub fn stats(&self) -> Stats {
         self.owner.pool.stats()
+    }
+}
+
+/// A periodic job's work, first due at `deadline`.
+fn periodic<F>(make_run: F, cadence: Cadence, deadline: Instant, now: Instant) -> Periodic<F> {
+    Periodic {
+        make_run,
+        cadence,
+        deadline,
+        started: now,
     }
 }
 
