@@ -198,6 +198,50 @@ impl Builder {
         self
     }
 
+    /// The most jobs that may be pending at once (Netty's
+    /// `maxPendingTimeouts`): a `schedule*` call that would make more than
+    /// `n` jobs pending returns [`ScheduleError::Full`] and drops its job.
+    /// Pending counts as [`Stats::pending`] does: a job waiting for its
+    /// deadline, a periodic job between runs (once). A job that has started
+    /// no longer counts, so its place is free while it runs. Default:
+    /// unbounded.
+    ///
+    /// The bound applies to `schedule*` calls only: a periodic job whose run
+    /// ends is queued again even if new jobs took every place meanwhile, so
+    /// `pending` can exceed `n` by the number of periodic jobs running.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `n` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::{ScheduleError, Scheduler};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let scheduler = Scheduler::builder().max_pending(2).build();
+    /// let first = scheduler.schedule(Duration::from_secs(60), async {}).unwrap();
+    /// scheduler.schedule(Duration::from_secs(60), async {}).unwrap();
+    /// let refused = scheduler.schedule(Duration::from_secs(60), async {});
+    /// assert_eq!(refused.unwrap_err(), ScheduleError::Full);
+    ///
+    /// first.cancel(); // frees its place at once
+    /// assert!(scheduler.schedule(Duration::from_secs(60), async {}).is_ok());
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn max_pending(mut self, n: usize) -> Self {
+        assert!(
+            n > 0,
+            "the bound `n` on pending jobs must be at least 1, got 0"
+        );
+        self.config.max_pending = Some(n);
+        self
+    }
+
     /// Spawns the workers on the current Tokio runtime and returns the
     /// scheduler.
     ///
@@ -259,7 +303,8 @@ impl Scheduler {
     }
 
     /// A [`Builder`] with the defaults: available parallelism workers,
-    /// delayed jobs run after shutdown, periodic jobs don't.
+    /// delayed jobs run after shutdown, periodic jobs don't, no bound on
+    /// pending jobs.
     ///
     /// # Examples
     ///
@@ -278,6 +323,7 @@ impl Scheduler {
             config: Config {
                 run_delayed: true,
                 continue_periodic: false,
+                max_pending: None,
             },
         }
     }
@@ -288,8 +334,10 @@ impl Scheduler {
     ///
     /// # Errors
     ///
-    /// [`ScheduleError::Shutdown`] after [`shutdown`](Scheduler::shutdown);
-    /// `job` is dropped.
+    /// [`ScheduleError::Shutdown`] after [`shutdown`](Scheduler::shutdown)
+    /// (this error wins), [`ScheduleError::Full`] if
+    /// [`max_pending`](Builder::max_pending) jobs are pending; `job` is
+    /// dropped.
     ///
     /// # Examples
     ///
@@ -321,8 +369,10 @@ impl Scheduler {
     ///
     /// # Errors
     ///
-    /// [`ScheduleError::Shutdown`] after [`shutdown`](Scheduler::shutdown);
-    /// `job` is dropped.
+    /// [`ScheduleError::Shutdown`] after [`shutdown`](Scheduler::shutdown)
+    /// (this error wins), [`ScheduleError::Full`] if
+    /// [`max_pending`](Builder::max_pending) jobs are pending; `job` is
+    /// dropped.
     ///
     /// # Examples
     ///
@@ -349,7 +399,7 @@ impl Scheduler {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.submit(Once(job), deadline, false)
+        self.submit(Once(job), deadline, None)
     }
 
     /// Runs `job()` periodically at a fixed rate: run k starts at
@@ -374,7 +424,9 @@ impl Scheduler {
     /// # Errors
     ///
     /// [`ScheduleError::Shutdown`] after [`shutdown`](Scheduler::shutdown)
-    /// (this error wins), [`ScheduleError::ZeroPeriod`] if `period` is zero.
+    /// (this error wins), [`ScheduleError::ZeroPeriod`] if `period` is zero,
+    /// [`ScheduleError::Full`] if [`max_pending`](Builder::max_pending) jobs
+    /// are pending.
     ///
     /// # Examples
     ///
@@ -467,7 +519,7 @@ impl Scheduler {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let cadence = Cadence::FixedRate { period, missed };
-        self.submit_periodic(initial_delay, cadence, period.is_zero(), job)
+        self.submit_periodic(initial_delay, cadence, zero_period(period), job)
     }
 
     /// Runs `job()` periodically, each run starting `delay` after the
@@ -483,7 +535,9 @@ impl Scheduler {
     /// # Errors
     ///
     /// [`ScheduleError::Shutdown`] after [`shutdown`](Scheduler::shutdown)
-    /// (this error wins), [`ScheduleError::ZeroPeriod`] if `delay` is zero.
+    /// (this error wins), [`ScheduleError::ZeroPeriod`] if `delay` is zero,
+    /// [`ScheduleError::Full`] if [`max_pending`](Builder::max_pending) jobs
+    /// are pending.
     ///
     /// # Examples
     ///
@@ -515,14 +569,14 @@ impl Scheduler {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let cadence = Cadence::FixedDelay { delay };
-        self.submit_periodic(initial_delay, cadence, delay.is_zero(), job)
+        self.submit_periodic(initial_delay, cadence, zero_period(delay), job)
     }
 
     fn submit_periodic<F, Fut>(
         &self,
         initial_delay: Duration,
         cadence: Cadence,
-        zero_period: bool,
+        invalid: Option<ScheduleError>,
         job: F,
     ) -> Result<JobHandle<()>, ScheduleError>
     where
@@ -531,22 +585,28 @@ impl Scheduler {
     {
         let now = Instant::now();
         let deadline = deadline_after(now, initial_delay);
-        self.submit(periodic(job, cadence, deadline, now), deadline, zero_period)
+        self.submit(periodic(job, cadence, deadline, now), deadline, invalid)
     }
 
     fn submit<W: Work>(
         &self,
         work: W,
         deadline: Instant,
-        zero_period: bool,
+        invalid: Option<ScheduleError>,
     ) -> Result<JobHandle<W::Output>, ScheduleError> {
         let pool = &self.owner.pool;
         let job = Arc::new(Job::new(pool.next_id(), work));
         let mut ps = pool.lock();
+        let full = pool
+            .config
+            .max_pending
+            .is_some_and(|max| ps.stats.pending >= max);
         let refused = if ps.shutdown {
             Some(ScheduleError::Shutdown)
-        } else if zero_period {
-            Some(ScheduleError::ZeroPeriod)
+        } else if invalid.is_some() {
+            invalid
+        } else if full {
+            Some(ScheduleError::Full)
         } else {
             None
         };
@@ -704,6 +764,11 @@ impl Scheduler {
     pub fn stats(&self) -> Stats {
         self.owner.pool.stats()
     }
+}
+
+/// `ZeroPeriod` if a periodic job's `period` is zero.
+fn zero_period(period: Duration) -> Option<ScheduleError> {
+    period.is_zero().then_some(ScheduleError::ZeroPeriod)
 }
 
 /// A periodic job's work, first due at `deadline`.
