@@ -1,5 +1,7 @@
 //! The scheduled executor: worker tasks taking jobs from a `DelayQueue`.
 
+#[cfg(feature = "cron")]
+mod cron;
 mod error;
 mod handle;
 mod job;
@@ -570,6 +572,99 @@ impl Scheduler {
     {
         let cadence = Cadence::FixedDelay { delay };
         self.submit_periodic(initial_delay, cadence, zero_period(delay), job)
+    }
+
+    /// Runs `job()` at every instant the cron expression `expr` names, in
+    /// UTC. Available with the cargo feature `cron`.
+    ///
+    /// `expr` has 5 fields (minute, hour, day of month, month, day of week),
+    /// or 6 with seconds first, or is a nickname: `@yearly`, `@annually`,
+    /// `@monthly`, `@weekly`, `@daily`, `@hourly`. Fields take `*`, numbers,
+    /// ranges `a-b`, lists `a,b`, steps `*/n`, month and day names, `L` (last
+    /// day of the month, or last given weekday: `5L`), `W` and `#`. Day of
+    /// month and day of week match when either does, as in Vixie cron.
+    ///
+    /// The job reads the wall clock as `max(system clock, previous instant +
+    /// Tokio time elapsed since that instant was due)`; when scheduled and
+    /// after each run, its next instant is the first one strictly after that
+    /// reading, and it waits the difference on the Tokio clock. So:
+    ///
+    /// - a run that overruns the next instant skips it (no burst):
+    ///
+    ///   ```text
+    ///   every minute, the run at 03:00 takes 90 s:
+    ///   instants:  03:00   03:01   03:02   03:03
+    ///   runs:      [03:00-----03:01:30]    [03:03]
+    ///                             03:01 and 03:02 skipped
+    ///   ```
+    ///
+    /// - a system clock that jumps ahead is followed; one that jumps back
+    ///   (an NTP step) never repeats a run;
+    /// - paused-time tests drive cron jobs: under paused time the system
+    ///   clock stands still and the Tokio term of the reading moves.
+    ///
+    /// Cancel, abort, panics, [`Stats`] and shutdown treat a cron job as a
+    /// periodic job: its handle resolves once it is cancelled or panics,
+    /// and [`next_run`](JobHandle::next_run) is the Tokio instant of its
+    /// next run.
+    ///
+    /// # Errors
+    ///
+    /// [`ScheduleError::Shutdown`] after [`shutdown`](Scheduler::shutdown)
+    /// (this error wins), [`ScheduleError::InvalidCron`] if `expr` does not
+    /// parse or names no instant from now on (the string says why, naming
+    /// the field at fault), [`ScheduleError::Full`] if
+    /// [`max_pending`](Builder::max_pending) jobs are pending.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::{ScheduleError, Scheduler};
+    /// use std::time::Duration;
+    /// use tokio::time::{Instant, sleep_until};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), ScheduleError> {
+    /// let scheduler = Scheduler::new(1);
+    /// let nightly = scheduler.schedule_cron("0 3 * * *", || async { /* compact the db */ })?;
+    /// let first = nightly.next_run().unwrap();
+    /// assert!(first <= Instant::now() + Duration::from_secs(86_400));
+    ///
+    /// let probe = scheduler.schedule_cron("*/15 * * * * *", || async {})?;
+    /// let first = probe.next_run().unwrap();
+    /// sleep_until(first + Duration::from_secs(46)).await;
+    /// assert_eq!(probe.runs(), 4); // at first, +15 s, +30 s, +45 s
+    ///
+    /// let typo = scheduler.schedule_cron("0 25 * * *", || async {});
+    /// assert_eq!(
+    ///     typo.unwrap_err().to_string(),
+    ///     "invalid cron expression: `0 25 * * *`: hour field `25`: number out of bounds"
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "cron")]
+    pub fn schedule_cron<F, Fut>(&self, expr: &str, job: F) -> Result<JobHandle<()>, ScheduleError>
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let now = Instant::now();
+        match cron::CronCadence::start(expr, now) {
+            Ok((cadence, deadline)) => {
+                let cadence = Cadence::Cron(Box::new(cadence));
+                self.submit(periodic(job, cadence, deadline, now), deadline, None)
+            }
+            // Refused through `submit` all the same, so that `Shutdown` wins
+            // and the job is dropped like any refused job. The cadence is a
+            // placeholder: the job is never queued.
+            Err(invalid) => {
+                let cadence = Cadence::FixedDelay {
+                    delay: Duration::MAX,
+                };
+                self.submit(periodic(job, cadence, now, now), now, Some(invalid))
+            }
+        }
     }
 
     fn submit_periodic<F, Fut>(

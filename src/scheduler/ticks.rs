@@ -146,6 +146,9 @@ pub(crate) enum Cadence {
     },
     /// Each run `delay` after the previous one ended.
     FixedDelay { delay: Duration },
+    /// At the instants of a cron expression.
+    #[cfg(feature = "cron")]
+    Cron(Box<super::cron::CronCadence>),
 }
 
 impl Cadence {
@@ -155,6 +158,8 @@ impl Cadence {
         match self {
             Cadence::FixedRate { period, missed } => missed.next_run(due, started, ended, *period),
             Cadence::FixedDelay { delay } => deadline_after(ended, *delay),
+            #[cfg(feature = "cron")]
+            Cadence::Cron(cron) => cron.next_run(due, ended),
         }
     }
 }
