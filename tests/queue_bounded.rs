@@ -118,6 +118,13 @@ fn unbounded_try_insert_never_fails() {
 }
 
 #[test]
+fn full_is_send_and_sync_when_its_value_is() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Full<String>>();
+    send_sync::<DelayQueue<String>>();
+}
+
+#[test]
 fn full_is_a_lowercase_error_without_debug_on_the_value() {
     struct Opaque;
     let full = Full(Opaque);

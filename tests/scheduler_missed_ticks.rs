@@ -55,6 +55,17 @@ async fn overrun(missed: MissedTicks, first: u64) -> Vec<u64> {
 }
 
 #[tokio::test(start_paused = true)]
+async fn overrun_as_documented() {
+    // The first timeline on `MissedTicks`: the run due at 0 takes 25.
+    assert_eq!(
+        overrun(MissedTicks::Burst, 25).await,
+        [0, 25, 27, 30, 40, 50]
+    );
+    assert_eq!(overrun(MissedTicks::Delay, 25).await, [0, 25, 35, 45, 55]);
+    assert_eq!(overrun(MissedTicks::Skip, 25).await, [0, 30, 40, 50]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn overrun_by_half_a_period() {
     assert_eq!(overrun(MissedTicks::Burst, 15).await, [0, 15, 20, 30, 40]);
     assert_eq!(overrun(MissedTicks::Delay, 15).await, [0, 15, 25, 35, 45]);
@@ -166,6 +177,13 @@ async fn next_run_reports_the_policy_deadline() {
 #[test]
 fn burst_is_the_default() {
     assert_eq!(MissedTicks::default(), MissedTicks::Burst);
+}
+
+#[test]
+fn missed_ticks_is_send_sync_copy_and_debug() {
+    fn send_sync_copy<T: Send + Sync + Copy + std::fmt::Debug>() {}
+    send_sync_copy::<MissedTicks>();
+    assert_eq!(format!("{:?}", MissedTicks::Skip), "Skip");
 }
 
 #[tokio::test(start_paused = true)]
