@@ -34,8 +34,9 @@ pub enum ScheduleError {
     /// The scheduler already has [`max_pending`](crate::Builder::max_pending)
     /// jobs pending.
     Full,
-    /// [`schedule_cron`](crate::Scheduler::schedule_cron) was given an
-    /// expression it cannot parse; the string says why.
+    /// `Scheduler::schedule_cron` (cargo feature `cron`) was given an
+    /// expression it cannot parse, or one that names no instant from now
+    /// on; the string says why.
     InvalidCron(String),
 }
 
