@@ -267,7 +267,19 @@ impl<T> DelayQueue<T> {
     /// ```
     pub async fn take(&self) -> T {
         loop {
-            if let Some(value) = wait::take_until(&self.shared, None).await {
+            if let Some(value) = wait::take_until(&self.shared, None, |_| {}).await {
+                return value;
+            }
+        }
+    }
+
+    /// Like [`take`](DelayQueue::take), but `claim` sees the entry under the
+    /// queue's lock in the same step that removes it: whoever holds the
+    /// queue's lock never finds the entry both gone and unclaimed. `claim`
+    /// must be quick and must not use the queue.
+    pub(crate) async fn take_claimed(&self, mut claim: impl FnMut(&T)) -> T {
+        loop {
+            if let Some(value) = wait::take_until(&self.shared, None, &mut claim).await {
                 return value;
             }
         }
@@ -299,7 +311,7 @@ impl<T> DelayQueue<T> {
     /// ```
     pub async fn take_timeout(&self, timeout: Duration) -> Option<T> {
         let limit = deadline_after(Instant::now(), timeout);
-        wait::take_until(&self.shared, Some(limit)).await
+        wait::take_until(&self.shared, Some(limit), |_| {}).await
     }
 
     /// Removes and returns, in deadline order, up to `max` entries that are

@@ -62,7 +62,12 @@ enum Step<T> {
 impl<T> Waiter<'_, T> {
     /// One look at the state under the lock: take the head if it is due,
     /// give up if the limit passed, else park as leader or follower.
-    fn look(&mut self, now: Instant, limit: Option<Instant>) -> Step<T> {
+    fn look(
+        &mut self,
+        now: Instant,
+        limit: Option<Instant>,
+        on_take: &mut impl FnMut(&T),
+    ) -> Step<T> {
         let shared = self.shared;
         let mut state = shared.lock();
         // This consumer now looks at the state, so a wake-up in flight has
@@ -71,6 +76,9 @@ impl<T> Waiter<'_, T> {
         self.unpark(&mut state);
 
         let taken = state.heap.pop_due(now);
+        if let Some(value) = &taken {
+            on_take(value);
+        }
         if taken.is_some() || limit.is_some_and(|limit| limit <= now) {
             let wake = state.after_leave();
             shared.unlock_and_wake(state, wake);
@@ -94,14 +102,22 @@ impl<T> Waiter<'_, T> {
 
 /// Waits until an entry is due and takes it, or until `limit` passes.
 ///
-/// With `limit == None` this only returns `Some`.
-pub(crate) async fn take_until<T>(shared: &Shared<T>, limit: Option<Instant>) -> Option<T> {
+/// With `limit == None` this only returns `Some`. `on_take` sees the entry
+/// under the queue's lock, in the same step that removes it, so whatever it
+/// records can never be observed apart from the removal; it must be quick
+/// and must not use the queue.
+pub(crate) async fn take_until<T>(
+    shared: &Shared<T>,
+    limit: Option<Instant>,
+    mut on_take: impl FnMut(&T),
+) -> Option<T> {
     // Fast path: with an entry already due, taking it needs neither a
     // `Notified` (whose registration takes `Notify`'s own lock) nor any
     // waiter bookkeeping.
     {
         let mut state = shared.lock();
         if let Some(value) = state.heap.pop_due(Instant::now()) {
+            on_take(&value);
             let wake = state.after_leave();
             shared.unlock_and_wake(state, wake);
             return Some(value);
@@ -116,7 +132,7 @@ pub(crate) async fn take_until<T>(shared: &Shared<T>, limit: Option<Instant>) ->
         let mut notified = pin!(shared.notify.notified());
         // Enabled before the state is read: see the module docs.
         notified.as_mut().enable();
-        let until = match waiter.look(Instant::now(), limit) {
+        let until = match waiter.look(Instant::now(), limit, &mut on_take) {
             Step::Done(taken) => return taken,
             Step::Park(until) => until,
         };

@@ -1,5 +1,6 @@
 //! The scheduled executor: worker tasks taking jobs from a `DelayQueue`.
 
+mod cleanup;
 mod error;
 mod handle;
 mod job;
@@ -478,7 +479,8 @@ impl Scheduler {
         zero_period: bool,
     ) -> Result<JobHandle<W::Output>, ScheduleError> {
         let pool = &self.owner.pool;
-        let job = Arc::new(Job::new(pool.next_id(), work));
+        let id = pool.next_id();
+        let job = Arc::new(Job::new(id, work));
         let mut ps = pool.lock();
         let refused = if ps.shutdown {
             Some(ScheduleError::Shutdown)
@@ -489,8 +491,9 @@ impl Scheduler {
         };
         if let Some(error) = refused {
             drop(ps);
-            // The user's future or closure is dropped here, unlocked.
-            drop(job);
+            // The user's future or closure is dropped here, unlocked, and a
+            // panic in its `Drop` does not reach the caller.
+            cleanup::contain(id, "dropping a refused job", move || drop(job));
             return Err(error);
         }
         job.enqueue(pool, &mut ps, deadline);

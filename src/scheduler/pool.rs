@@ -3,21 +3,34 @@
 //! Ground rules:
 //!
 //! - Lock order: the pool lock ([`PoolState`]), then a job's lock, then the
-//!   queue's internal lock. Job transitions take the first two; queue calls
-//!   under them take the third.
+//!   queue's internal lock, then a worker's claim slot. Job transitions take
+//!   the first two; queue calls under them take the third; a claim slot is
+//!   a leaf, taken under any of them and holding nothing while taken.
 //! - No lock is held while user code runs or a user value is dropped: job
-//!   transitions return a [`Cleanup`] that runs after unlocking.
+//!   transitions return a [`Cleanup`] that runs after unlocking and contains
+//!   panics.
 //! - `PoolState::stats` changes only together with the job phases it counts,
 //!   under the pool lock, which is what makes `stats()` a consistent
 //!   snapshot.
+//! - Under the pool lock, every job in the `Queued` phase is either in the
+//!   queue or in exactly one worker's claim slot: a worker takes a job off
+//!   the queue and claims it in one step under the queue's lock, and clears
+//!   the claim when it starts the job, under the pool lock. So a shutdown,
+//!   holding the pool lock, reaches every job that has not started.
 //! - Once shut down with nothing pending or running, nothing can be added
 //!   (submissions are refused, periodic jobs are only re-queued by a running
 //!   run), so the pool is *done*: idle workers are told to exit, and the last
 //!   one out marks it terminated.
+//! - A worker that unwinds (only a panicking `tracing` subscriber can make
+//!   it: user code runs inside `catch_unwind`) is replaced, not counted as
+//!   an exit. Workers that are all gone while work is left (the runtime shut
+//!   down) cancel whatever is left, so that every handle resolves.
 
 use super::Stats;
-use super::job::{Cleanup, Task};
+use super::cleanup::{Cleanup, contain};
+use super::job::Task;
 use crate::queue::DelayQueue;
+use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -38,7 +51,12 @@ pub(crate) struct Pool {
     done: Notify,
     terminated: Notify,
     next_id: AtomicU64,
+    /// Per worker: the job it took off the queue and has not started yet.
+    claims: Box<[Claim]>,
 }
+
+/// A worker's claim slot: the job it took off the queue, until it starts it.
+type Claim = Mutex<Option<Arc<dyn Task>>>;
 
 pub(crate) struct PoolState {
     pub(crate) shutdown: bool,
@@ -69,7 +87,26 @@ impl Pool {
             done: Notify::new(),
             terminated: Notify::new(),
             next_id: AtomicU64::new(1),
+            claims: (0..workers).map(|_| Mutex::new(None)).collect(),
         }
+    }
+
+    fn claim_slot(&self, worker: usize) -> MutexGuard<'_, Option<Arc<dyn Task>>> {
+        self.claims[worker]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The job worker `worker` took off the queue but has not started.
+    fn claimed(&self, worker: usize) -> Option<Arc<dyn Task>> {
+        self.claim_slot(worker).clone()
+    }
+
+    /// Worker `worker` starts (or drops) the job it claimed. Called under
+    /// the pool lock; the worker holds its own reference to the job, so
+    /// this never drops the last one.
+    pub(crate) fn unclaim(&self, worker: usize) {
+        self.claim_slot(worker).take();
     }
 
     pub(crate) fn next_id(&self) -> u64 {
@@ -106,7 +143,7 @@ impl Pool {
     }
 
     /// JDK `shutdown`: refuse new jobs and apply the shutdown policies to the
-    /// queued ones before returning. Idempotent.
+    /// jobs that have not started before returning. Idempotent.
     pub(crate) fn shutdown(&self) {
         let mut ps = self.lock();
         if ps.shutdown {
@@ -125,33 +162,56 @@ impl Pool {
                 !run_delayed && deadline > now
             }
         });
-        let cleanups = self.cancel_removed(&mut ps, &removed);
+        let mut cleanups: Vec<Cleanup> = removed
+            .iter()
+            .filter_map(|task| task.cancel_queued(&mut ps))
+            .collect();
+        if !continue_periodic {
+            // A claimed job was due when it was taken, so only the periodic
+            // policy applies to it.
+            for worker in 0..self.claims.len() {
+                if let Some(task) = self.claimed(worker).filter(|task| task.is_periodic()) {
+                    cleanups.extend(task.cancel_queued(&mut ps));
+                }
+            }
+            // A periodic run in progress is the last one: it is cancelled
+            // now (`is_cancelled()`), and ends when the run returns.
+            let running = ps
+                .running
+                .iter()
+                .flatten()
+                .filter(|task| task.is_periodic());
+            cleanups.extend(running.map(|task| task.stop_run(false)));
+        }
         self.unlock(ps);
-        drop(removed);
-        cleanups.into_iter().for_each(Cleanup::run);
+        Cleanup::run_all(cleanups);
+        // The queue's references; the jobs' user values went with the
+        // cleanups, so none is dropped here.
+        contain(0, "dropping cancelled jobs", move || drop(removed));
     }
 
     /// JDK `shutdownNow`: cancel every job not started and stop the running
-    /// ones; returns how many not-started jobs were cancelled.
+    /// ones; returns how many not-started jobs this call cancelled.
     pub(crate) fn shutdown_now(&self) -> usize {
         let mut ps = self.lock();
         ps.shutdown = true;
         ps.stopped = true;
-        // Every pending job is cancelled: those in the queue here, and one a
-        // worker took off the queue at this very moment when it tries to
-        // start it (`stopped` is set).
-        let count = ps.stats.pending;
         let removed = self.queue.remove_if(|_, _| true);
-        let mut cleanups = self.cancel_removed(&mut ps, &removed);
-        cleanups.extend(ps.running.iter().flatten().map(|task| task.stop_run()));
+        let mut cleanups: Vec<Cleanup> = removed
+            .iter()
+            .filter_map(|task| task.cancel_queued(&mut ps))
+            .collect();
+        for worker in 0..self.claims.len() {
+            if let Some(task) = self.claimed(worker) {
+                cleanups.extend(task.cancel_queued(&mut ps));
+            }
+        }
+        let count = cleanups.len();
+        cleanups.extend(ps.running.iter().flatten().map(|task| task.stop_run(true)));
         self.unlock(ps);
-        drop(removed);
-        cleanups.into_iter().for_each(Cleanup::run);
+        Cleanup::run_all(cleanups);
+        contain(0, "dropping cancelled jobs", move || drop(removed));
         count
-    }
-
-    fn cancel_removed(&self, ps: &mut PoolState, removed: &[Arc<dyn Task>]) -> Vec<Cleanup> {
-        removed.iter().map(|task| task.cancel_removed(ps)).collect()
     }
 
     /// Resolves once every worker has exited.
@@ -168,32 +228,94 @@ impl Pool {
         }
     }
 
-    fn worker_exited(&self) {
+    /// A worker is gone for good: it found the pool done (`normal`), or its
+    /// task was dropped (the runtime shut down). When the last one goes
+    /// with work left, that work can never run: it is cancelled, so that
+    /// every handle resolves.
+    fn worker_exited(&self, normal: bool) {
         let mut ps = self.lock();
         ps.workers -= 1;
         let last = ps.workers == 0;
-        ps.terminated |= last;
         drop(ps);
+        if last && !normal {
+            // Running jobs were ended by their run guards already.
+            self.shutdown_now();
+        }
         if last {
+            self.lock().terminated = true;
             self.terminated.notify_waiters();
+        }
+    }
+
+    /// Cancels the job worker `worker` claimed but will never start.
+    fn cancel_claim(&self, worker: usize) {
+        let mut ps = self.lock();
+        let cleanup = self
+            .claim_slot(worker)
+            .take()
+            .and_then(|task| task.cancel_queued(&mut ps));
+        self.unlock(ps);
+        if let Some(cleanup) = cleanup {
+            cleanup.run();
         }
     }
 }
 
-/// Records a worker's exit even if its task is dropped (runtime shutdown).
-struct ExitGuard(Arc<Pool>);
+/// Accounts for a worker however it ends: it exits normally, its task is
+/// dropped (before or after it first ran), or it unwinds.
+struct ExitGuard {
+    pool: Arc<Pool>,
+    index: usize,
+    started: bool,
+    normal: bool,
+}
+
+impl ExitGuard {
+    fn exit_normally(mut self) {
+        self.normal = true;
+    }
+}
 
 impl Drop for ExitGuard {
     fn drop(&mut self) {
-        self.0.worker_exited();
+        if !self.normal {
+            self.pool.cancel_claim(self.index);
+        }
+        // A worker that ran and unwinds is replaced. One dropped before it
+        // ever ran (spawned onto a runtime that is shutting down) is not,
+        // or a dying runtime would be fed replacements forever.
+        if self.started && std::thread::panicking() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(worker(self.pool.clone(), self.index));
+                tracing::error!(
+                    worker = self.index,
+                    "a scheduler worker panicked; a new worker replaces it"
+                );
+                return;
+            }
+        }
+        self.pool.worker_exited(self.normal);
     }
 }
 
 /// One worker: take the next due job, run it to completion, repeat, until
-/// the pool is done.
-pub(crate) async fn worker(pool: Arc<Pool>, index: usize) {
-    let guard = ExitGuard(pool);
-    let pool = &guard.0;
+/// the pool is done. The guard exists before the future is first polled,
+/// so even a worker that never runs is accounted for.
+pub(crate) fn worker(pool: Arc<Pool>, index: usize) -> impl Future<Output = ()> + Send + 'static {
+    let mut guard = ExitGuard {
+        pool,
+        index,
+        started: false,
+        normal: false,
+    };
+    async move {
+        guard.started = true;
+        serve(&guard.pool, index).await;
+        guard.exit_normally();
+    }
+}
+
+async fn serve(pool: &Arc<Pool>, index: usize) {
     loop {
         let mut done = pin!(pool.done.notified());
         // Enabled before the check: `notify_waiters` only reaches enabled
@@ -202,11 +324,13 @@ pub(crate) async fn worker(pool: Arc<Pool>, index: usize) {
         if pool.lock().done {
             return;
         }
-        // `take` is cancel safe: losing the race to `done` loses no job.
+        // `take_claimed` is cancel safe: losing the race to `done` loses no
+        // job; a job it returns is in this worker's claim slot.
+        let claim = |task: &Arc<dyn Task>| *pool.claim_slot(index) = Some(task.clone());
         let task = tokio::select! {
             biased;
             _ = done => return,
-            task = pool.queue.take() => task,
+            task = pool.queue.take_claimed(claim) => task,
         };
         task.run(pool.clone(), index).await;
     }
