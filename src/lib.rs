@@ -15,6 +15,14 @@
 //! All times are [`tokio::time::Instant`] and [`std::time::Duration`], so
 //! tests can drive everything with paused time.
 //!
+//! # Waiting consumers
+//!
+//! A consumer waiting in [`DelayQueue::take`] may be the one that times the
+//! earliest deadline for everyone: keep polling a `take` future once polled,
+//! or drop it (in a `select!` loop, create it inside the loop). A
+//! [`TakeStream`] may be kept across `select!` iterations freely: it waits
+//! with its own timer and never holds up another consumer.
+//!
 //! # Examples
 //!
 //! ```

@@ -248,6 +248,14 @@ impl<T> DelayQueue<T> {
     /// entry. If the dropped future was the leader, or had been woken and not
     /// yet run, another waiting consumer is woken to take over.
     ///
+    /// Keep polling a `take` future once it has been polled, or drop it: a
+    /// future that is kept but not polled may hold the leader's timer or the
+    /// wake-up meant to hand that duty on, and other consumers waiting in
+    /// `take` are then served only once it is polled again or dropped. In a
+    /// `select!` loop, create the future inside the loop (a losing branch is
+    /// dropped), or use [`stream`](DelayQueue::stream), which never holds a
+    /// duty another consumer needs.
+    ///
     /// # Examples
     ///
     /// ```
@@ -577,6 +585,10 @@ impl<T> DelayQueue<T> {
     /// deadline order as they come due. It shares the queue with `take` and
     /// other streams (each entry goes to exactly one consumer) and never
     /// ends.
+    ///
+    /// A stream may be kept across `select!` iterations whose other branch
+    /// wins: while it is not polled it holds nothing another consumer needs
+    /// (see [`TakeStream`]).
     ///
     /// # Examples
     ///
