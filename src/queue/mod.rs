@@ -1,6 +1,8 @@
 //! The async, multi-consumer delay queue.
 
 mod heap;
+#[cfg(test)]
+mod model_check;
 mod state;
 mod stream;
 mod wait;
