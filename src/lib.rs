@@ -20,8 +20,10 @@
 //! A consumer waiting in [`DelayQueue::take`] may be the one that times the
 //! earliest deadline for everyone: keep polling a `take` future once polled,
 //! or drop it (in a `select!` loop, create it inside the loop). A
-//! [`TakeStream`] may be kept across `select!` iterations freely: it waits
-//! with its own timer and never holds up another consumer.
+//! [`TakeStream`] may be kept across `select!` iterations: when its
+//! [`next()`](TakeStream::next) loses the race, its future is dropped and
+//! the stream gives its place up, so it never holds up another consumer
+//! while the loop body runs.
 //!
 //! # Examples
 //!
@@ -50,7 +52,7 @@
 mod queue;
 mod scheduler;
 
-pub use queue::{DelayQueue, Key, TakeStream};
+pub use queue::{DelayQueue, Key, StreamNext, TakeStream};
 pub use scheduler::{Builder, JobError, JobHandle, ScheduleError, Scheduler, Stats};
 
 /// The README's examples, compiled and run as doctests.

@@ -1,13 +1,13 @@
 //! Waiters that are kept but not polled.
 //!
 //! A `TakeStream` kept across `select!` iterations never strands another
-//! consumer: it waits with its own timer, outside the Leader-Follower
-//! hand-off. A `take` future that was polled and is then kept without being
-//! polled may hold the leader's timer or the hand-off wake-up: the rule
-//! documented on `take` is to keep polling it or drop it, and dropping it
-//! hands the duty on at once.
+//! consumer: its `next()` future gives the stream's place up when it loses
+//! the race and is dropped. A `take` future (or a stream polled through
+//! `StreamExt::next`) that was polled and is then kept without being polled
+//! may hold the leader's timer or the hand-off wake-up: the rule documented
+//! on `take` is to keep polling it or drop it, and dropping it hands the
+//! duty on at once.
 
-use futures::StreamExt;
 use punctual::DelayQueue;
 use std::time::Duration;
 use tokio::time::advance;
@@ -47,33 +47,39 @@ async fn a_kept_stream_whose_next_lost_a_select_never_strands_a_take() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_kept_stream_never_holds_the_hand_off_when_the_head_moves() {
+async fn a_stream_leader_whose_next_is_dropped_hands_the_timer_on() {
     let q = DelayQueue::new();
     q.insert(1, MS * 50);
     let mut stream = q.stream();
     let mut next = task::spawn(stream.next());
-    assert_pending!(next.poll());
-    drop(next); // kept, not polled
+    assert_pending!(next.poll()); // the leader, timed for 50 ms
+    let mut other = task::spawn(q.take());
+    assert_pending!(other.poll()); // a follower
+    drop(next); // lost a select!; the stream is kept
+    assert!(other.is_woken(), "leadership is handed on at once");
+    assert_pending!(other.poll());
+    advance(MS * 50).await;
+    assert!(other.is_woken());
+    assert_ready_eq!(other.poll(), 1);
+}
 
-    let mut a = task::spawn(q.take());
-    let mut b = task::spawn(q.take());
-    assert_pending!(a.poll()); // leader, timed for 50 ms
-    assert_pending!(b.poll());
-    // An earlier head: the hand-off wake-up must reach a `take`, not the
-    // idle stream.
-    q.insert(0, MS * 5);
-    assert!(a.is_woken() || b.is_woken());
-    let (first, second) = if a.is_woken() { (a, b) } else { (b, a) };
-    let (mut first, mut second) = (first, second);
-    assert_pending!(first.poll());
-    advance(MS * 5).await;
-    assert_ready_eq!(first.poll(), 0);
-    advance(MS * 45).await;
-    assert!(
-        second.is_woken(),
-        "the duty passed on to the other consumer"
-    );
-    assert_ready_eq!(second.poll(), 1);
+#[tokio::test(start_paused = true)]
+async fn a_select_loop_over_a_kept_stream_sees_every_entry_in_order() {
+    let q = DelayQueue::new();
+    let mut stream = q.stream();
+    let mut ticks = tokio::time::interval(MS * 3);
+    for i in 0..6u32 {
+        q.insert(i, MS * (i * 2 + 1));
+    }
+    let (mut got, mut tick_count) = (Vec::new(), 0);
+    while got.len() < 6 {
+        tokio::select! {
+            Some(value) = stream.next() => got.push(value),
+            _ = ticks.tick() => tick_count += 1,
+        }
+    }
+    assert_eq!(got, vec![0, 1, 2, 3, 4, 5]);
+    assert!(tick_count >= 3, "both branches ran: {tick_count} ticks");
 }
 
 #[tokio::test(start_paused = true)]
@@ -115,6 +121,26 @@ async fn a_kept_unpolled_take_delays_others_until_it_is_dropped() {
     assert_ready_eq!(other.poll(), 1);
 }
 
+/// The same rule for a stream polled through `StreamExt::next`, whose
+/// future does not know the stream: the stream keeps its place until it is
+/// polled again or dropped.
+#[tokio::test(start_paused = true)]
+async fn a_stream_polled_through_stream_ext_keeps_its_place_until_dropped() {
+    let q = DelayQueue::new();
+    q.insert(1, MS * 10);
+    let mut stream = q.stream();
+    let mut next = task::spawn(futures::StreamExt::next(&mut stream));
+    assert_pending!(next.poll()); // the leader
+    drop(next);
+    let mut other = task::spawn(q.take());
+    assert_pending!(other.poll());
+    advance(MS * 10).await;
+    assert!(!other.is_woken(), "the kept stream still holds the timer");
+    drop(stream);
+    assert!(other.is_woken(), "dropping the stream hands the duty on");
+    assert_ready_eq!(other.poll(), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_stream_waits_for_an_insert_into_an_empty_queue() {
     let q = DelayQueue::new();
@@ -122,7 +148,10 @@ async fn a_stream_waits_for_an_insert_into_an_empty_queue() {
     let mut next = task::spawn(stream.next());
     assert_pending!(next.poll());
     q.insert("x", MS * 3);
-    assert!(next.is_woken(), "the head moved forward");
+    assert!(
+        next.is_woken(),
+        "an insert into an empty queue wakes a waiter"
+    );
     assert_pending!(next.poll());
     advance(MS * 3).await;
     assert!(next.is_woken());

@@ -7,7 +7,7 @@ mod state;
 mod stream;
 mod wait;
 
-pub use stream::TakeStream;
+pub use stream::{StreamNext, TakeStream};
 
 use heap::SlotKey;
 use state::{Shared, Wake};
@@ -255,8 +255,8 @@ impl<T> DelayQueue<T> {
     /// wake-up meant to hand that duty on, and other consumers waiting in
     /// `take` are then served only once it is polled again or dropped. In a
     /// `select!` loop, create the future inside the loop (a losing branch is
-    /// dropped), or use [`stream`](DelayQueue::stream), which never holds a
-    /// duty another consumer needs.
+    /// dropped), or keep a [`stream`](DelayQueue::stream) and race its
+    /// [`next()`](TakeStream::next), which gives its place up when it loses.
     ///
     /// # Examples
     ///
@@ -588,9 +588,9 @@ impl<T> DelayQueue<T> {
     /// other streams (each entry goes to exactly one consumer) and never
     /// ends.
     ///
-    /// A stream may be kept across `select!` iterations whose other branch
-    /// wins: while it is not polled it holds nothing another consumer needs
-    /// (see [`TakeStream`]).
+    /// A stream may be kept across `select!` iterations: when its
+    /// [`next()`](TakeStream::next) loses the race, the stream gives its
+    /// place among the waiting consumers up (see [`TakeStream`]).
     ///
     /// # Examples
     ///

@@ -16,12 +16,6 @@
 //!   consumer that has not yet looked at the state. Whoever looks at the state
 //!   next clears `waking` and takes on the duty: it takes the head, leads, or
 //!   follows a leader that exists.
-//! - Streams ([`TakeStream`](super::TakeStream)) wait apart from this
-//!   protocol: each keeps its own timer and is counted in `streams`, never
-//!   in `parked`, so it never holds the leader's timer or the one hand-off
-//!   wake-up. A stream that is kept but not polled therefore never strands
-//!   another consumer. When a mutation brings the head forward, every
-//!   waiting stream is woken (`stream_notify`) to re-arm its timer.
 
 use super::heap::{HeadId, Heap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,8 +35,6 @@ pub(crate) fn next_queue_id() -> u64 {
 pub(crate) struct Shared<T> {
     state: Mutex<State<T>>,
     pub(crate) notify: Notify,
-    /// Wakes every waiting stream when the head moves forward.
-    pub(crate) stream_notify: Notify,
 }
 
 #[derive(Debug)]
@@ -57,19 +49,13 @@ pub(crate) struct State<T> {
     pub(crate) parked: usize,
     /// A `notify_one` was issued and its receiver has not looked yet.
     pub(crate) waking: bool,
-    /// Streams waiting with their own timer (see the module docs).
-    pub(crate) streams: usize,
     next_waiter: u64,
 }
 
-/// Who must be notified once the lock is released: one parked consumer,
-/// and/or every waiting stream.
+/// Whether a waiter must be notified once the lock is released.
 #[must_use = "a wake-up decided under the lock must be delivered after it"]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Wake {
-    one: bool,
-    streams: bool,
-}
+pub(crate) struct Wake(bool);
 
 impl<T> Shared<T> {
     pub(crate) fn new(capacity: usize) -> Self {
@@ -80,11 +66,9 @@ impl<T> Shared<T> {
                 leader: None,
                 parked: 0,
                 waking: false,
-                streams: 0,
                 next_waiter: 0,
             }),
             notify: Notify::new(),
-            stream_notify: Notify::new(),
         }
     }
 
@@ -99,11 +83,8 @@ impl<T> Shared<T> {
     pub(crate) fn unlock_and_wake(&self, state: MutexGuard<'_, State<T>>, wake: Wake) {
         state.check();
         drop(state);
-        if wake.one {
+        if wake.0 {
             self.notify.notify_one();
-        }
-        if wake.streams {
-            self.stream_notify.notify_waiters();
         }
     }
 }
@@ -117,23 +98,12 @@ impl<T> State<T> {
     /// at 09:00 becomes the head. Without this, every consumer sleeps through
     /// 09:00 because the only timer is set for 10:00.
     pub(crate) fn head_changed(&mut self, before: Option<HeadId>) -> Wake {
-        let after = self.heap.head();
-        if after == before {
-            return Wake::NONE;
+        if self.heap.head() == before {
+            return Wake(false);
         }
         // The leader's timer is for the old head: whoever is woken re-arms.
         self.leader = None;
-        // A stream's timer is for the old head too; only a head that came
-        // forward makes it late (a later one just wakes it early).
-        let earlier = match (before, after) {
-            (Some(before), Some(after)) => after < before,
-            (None, after) => after.is_some(),
-            (Some(_), None) => false,
-        };
-        Wake {
-            streams: earlier && self.streams > 0,
-            ..self.wake_one()
-        }
+        self.wake_one()
     }
 
     /// Called whenever a consumer stops waiting (with an entry, on timeout or
@@ -146,7 +116,7 @@ impl<T> State<T> {
         if self.leader.is_none() && !self.heap.is_empty() {
             self.wake_one()
         } else {
-            Wake::NONE
+            Wake(false)
         }
     }
 
@@ -154,13 +124,10 @@ impl<T> State<T> {
     /// will look at the state after this change anyway.
     fn wake_one(&mut self) -> Wake {
         if self.parked == 0 || self.waking {
-            return Wake::NONE;
+            return Wake(false);
         }
         self.waking = true;
-        Wake {
-            one: true,
-            streams: false,
-        }
+        Wake(true)
     }
 
     pub(crate) fn new_waiter_id(&mut self) -> u64 {
@@ -182,11 +149,8 @@ impl Wake {
     /// Whether one parked consumer is to be notified.
     #[cfg(test)]
     pub(crate) fn wakes_one(self) -> bool {
-        self.one
+        self.0
     }
 
-    pub(crate) const NONE: Wake = Wake {
-        one: false,
-        streams: false,
-    };
+    pub(crate) const NONE: Wake = Wake(false);
 }

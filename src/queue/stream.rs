@@ -1,43 +1,34 @@
-//! [`TakeStream`]: the queue's values as a `Stream`.
-//!
-//! A stream waits apart from the Leader-Follower protocol of `take` (see
-//! `state.rs`): with its own timer for the head's deadline, woken early by a
-//! broadcast when the head moves forward. So a stream that is kept but not
-//! polled (its `next()` lost a `select!`, and the loop body is busy) holds
-//! nothing another consumer needs: no leader's timer, no hand-off wake-up.
-//! The price is one timer per waiting stream, and one wake-up of every
-//! waiting stream when the head comes due or moves forward.
+//! [`TakeStream`]: `take()` in a loop, as a `Stream`, and [`StreamNext`], its
+//! `next()` that gives its place up when dropped.
 
 use super::DelayQueue;
-use super::state::{Shared, Wake};
 use futures::Stream;
 use std::fmt;
 use std::future::Future;
-use std::pin::{Pin, pin};
-use std::sync::Arc;
+use std::pin::Pin;
 use std::task::{Context, Poll};
-use tokio::time::{Instant, sleep_until};
 
-type WaitFuture<T> = Pin<Box<dyn Future<Output = Option<T>> + Send + Sync>>;
+type TakeFuture<T> = Pin<Box<dyn Future<Output = T> + Send + Sync>>;
 
 /// A [`Stream`] of a [`DelayQueue`]'s values as they come due, returned by
 /// [`DelayQueue::stream`].
 ///
 /// It owns a handle to the queue and never ends (`poll_next` never returns
-/// `Ready(None)`).
+/// `Ready(None)`). While it waits, it is one of the queue's waiting
+/// consumers, exactly like a pending [`take`](DelayQueue::take).
 ///
-/// A waiting stream keeps its own timer instead of taking part in the
-/// Leader-Follower hand-off of [`take`](DelayQueue::take): a stream kept
-/// across `select!` iterations, whose `next()` lost a race and which is not
-/// polled again for a while, never keeps another consumer from an entry
-/// that is due. The cost is that every waiting stream is woken when the
-/// earliest entry comes due or moves earlier, so for many consumers of one
-/// queue, `take` in a loop wakes fewer tasks.
+/// Its inherent [`next`](TakeStream::next) shadows `StreamExt::next` and
+/// gives the stream's place up when its future is dropped: a stream kept
+/// across `select!` iterations, whose `next()` lost a race, never holds the
+/// timer or the wake-up another consumer needs while the loop body runs. A
+/// stream polled through [`Stream::poll_next`] by some other means keeps its
+/// place until it is polled again or dropped, like a `take` future (see
+/// [`take`](DelayQueue::take)).
 ///
 /// # Cancel safety
 ///
 /// Dropping the stream, or a `next()` future, while it waits loses no entry:
-/// an entry is removed only in the same step that returns it.
+/// the stream holds at most one pending `take`, which is cancel safe.
 ///
 /// # Examples
 ///
@@ -59,7 +50,7 @@ type WaitFuture<T> = Pin<Box<dyn Future<Output = Option<T>> + Send + Sync>>;
 #[must_use = "streams do nothing unless polled"]
 pub struct TakeStream<T> {
     queue: DelayQueue<T>,
-    pending: Option<WaitFuture<T>>,
+    pending: Option<TakeFuture<T>>,
 }
 
 impl<T> TakeStream<T> {
@@ -69,6 +60,51 @@ impl<T> TakeStream<T> {
             pending: None,
         }
     }
+
+    /// The next value to come due; `None` never comes. Same as
+    /// `StreamExt::next`, except that dropping the future before it is
+    /// ready gives the stream's place among the waiting consumers up at
+    /// once, as dropping a [`take`](DelayQueue::take) future does.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: dropping the future loses no entry, and
+    /// hands the duty of timing the earliest entry on to another waiting
+    /// consumer if this stream held it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let queue = DelayQueue::new();
+    /// let mut expired = queue.stream();
+    /// let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    /// queue.insert("session 7", Duration::from_millis(2500));
+    /// let mut seen = Vec::new();
+    /// while seen.len() < 4 {
+    ///     tokio::select! {
+    ///         // Losing this branch drops the `next()` future, which gives
+    ///         // the stream's place up while the other branch's body runs.
+    ///         Some(session) = expired.next() => seen.push(session),
+    ///         _ = ticks.tick() => seen.push("tick"),
+    ///     }
+    /// }
+    /// assert_eq!(seen, ["tick", "tick", "tick", "session 7"]);
+    /// # }
+    /// ```
+    // Deliberately named like `StreamExt::next`, which it shadows: the
+    // future it returns differs only in giving the place up on drop.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> StreamNext<'_, T>
+    where
+        T: Send + 'static,
+    {
+        StreamNext { stream: self }
+    }
 }
 
 impl<T: Send + 'static> Stream for TakeStream<T> {
@@ -76,57 +112,13 @@ impl<T: Send + 'static> Stream for TakeStream<T> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
         let this = self.get_mut();
-        loop {
-            let pending = this
-                .pending
-                .get_or_insert_with(|| Box::pin(take_or_wait(this.queue.shared.clone())));
-            let taken = std::task::ready!(pending.as_mut().poll(cx));
-            this.pending = None;
-            if let Some(value) = taken {
-                return Poll::Ready(Some(value));
-            }
-        }
-    }
-}
-
-/// Takes the head if it is due; else waits until the head's deadline or
-/// until the head moves forward, and returns `None` to be asked again.
-async fn take_or_wait<T>(shared: Arc<Shared<T>>) -> Option<T> {
-    let mut moved = pin!(shared.stream_notify.notified());
-    // Enabled before the state is read, so a broadcast sent between the
-    // look and the await is kept (`notify_waiters` stores no permit).
-    moved.as_mut().enable();
-    let head = {
-        let mut state = shared.lock();
-        if let Some(value) = state.heap.pop_due(Instant::now()) {
-            // As for any consumer that leaves: hand the duty on if nobody
-            // times the rest.
-            let wake = state.after_leave();
-            shared.unlock_and_wake(state, wake);
-            return Some(value);
-        }
-        state.streams += 1;
-        let head = state.heap.peek_deadline();
-        shared.unlock_and_wake(state, Wake::NONE);
-        head
-    };
-    let _waiting = Waiting(&shared);
-    match head {
-        Some(deadline) => {
-            let timer = pin!(sleep_until(deadline));
-            futures::future::select(moved, timer).await;
-        }
-        None => moved.await,
-    }
-    None
-}
-
-/// Counts a waiting stream until it stops waiting, however it stops.
-struct Waiting<'a, T>(&'a Shared<T>);
-
-impl<T> Drop for Waiting<'_, T> {
-    fn drop(&mut self) {
-        self.0.lock().streams -= 1;
+        let pending = this.pending.get_or_insert_with(|| {
+            let queue = this.queue.clone();
+            Box::pin(async move { queue.take().await })
+        });
+        let value = std::task::ready!(pending.as_mut().poll(cx));
+        this.pending = None;
+        Poll::Ready(Some(value))
     }
 }
 
@@ -135,6 +127,39 @@ impl<T> fmt::Debug for TakeStream<T> {
         f.debug_struct("TakeStream")
             .field("queue", &self.queue)
             .field("waiting", &self.pending.is_some())
+            .finish()
+    }
+}
+
+/// Future returned by [`TakeStream::next`].
+///
+/// Dropping it before it is ready drops the stream's pending `take`, which
+/// hands on whatever duty it held; no entry is lost.
+#[must_use = "futures do nothing unless polled"]
+pub struct StreamNext<'a, T> {
+    stream: &'a mut TakeStream<T>,
+}
+
+impl<T: Send + 'static> Future for StreamNext<'_, T> {
+    type Output = Option<T>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        Pin::new(&mut *self.stream).poll_next(cx)
+    }
+}
+
+impl<T> Drop for StreamNext<'_, T> {
+    fn drop(&mut self) {
+        // Ready or not, the stream keeps no waiter of its own behind this
+        // future: the `take` it held (if any) leaves the queue's waiters.
+        self.stream.pending = None;
+    }
+}
+
+impl<T> fmt::Debug for StreamNext<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamNext")
+            .field("stream", &self.stream)
             .finish()
     }
 }
