@@ -90,3 +90,53 @@ fn a_handle_polled_before_the_runtime_drops_is_woken() {
     let result = tokio_test::assert_ready!(waiter.poll());
     assert!(result.unwrap_err().is_cancelled());
 }
+
+/// Panics when dropped (unless already unwinding).
+struct Bomb;
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("bomb went off");
+        }
+    }
+}
+
+#[test]
+fn a_running_job_whose_future_panics_on_drop_still_resolves_cancelled() {
+    let rt = runtime(false);
+    let started = Arc::new(AtomicBool::new(false));
+    let (scheduler, running, periodic) = rt.block_on(async {
+        let scheduler = Scheduler::new(2);
+        let flag = started.clone();
+        let bomb = Bomb;
+        let running = scheduler
+            .schedule(Duration::ZERO, async move {
+                let _held = bomb;
+                flag.store(true, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            })
+            .unwrap();
+        let bomb = Bomb;
+        let periodic = scheduler
+            .schedule_with_fixed_delay(Duration::ZERO, Duration::from_secs(60), move || {
+                let _ = &bomb;
+                tokio::time::sleep(Duration::from_secs(3600))
+            })
+            .unwrap();
+        while !started.load(Ordering::SeqCst) || scheduler.stats().running < 2 {
+            tokio::task::yield_now().await;
+        }
+        (scheduler, running, periodic)
+    });
+    drop(rt);
+    let other = runtime(false);
+    other.block_on(async {
+        for handle in [running, periodic] {
+            let result = timeout(PATIENCE, handle).await.expect("a handle hangs");
+            assert!(result.unwrap_err().is_cancelled());
+        }
+        timeout(PATIENCE, scheduler.terminated()).await.unwrap();
+        assert_eq!(scheduler.stats().panicked, 0);
+    });
+}

@@ -93,3 +93,40 @@ pub(crate) fn contain(job: u64, what: &'static str, f: impl FnOnce()) {
         }
     }
 }
+
+/// Holds a user value (a job's future or closure while it runs) so that it
+/// is dropped inside [`contain`] on every path, including when the worker's
+/// future is dropped mid-run because the runtime shuts down.
+pub(crate) struct Contained<T> {
+    job: u64,
+    value: Option<T>,
+}
+
+impl<T> Contained<T> {
+    pub(crate) fn new(job: u64, value: T) -> Self {
+        Contained {
+            job,
+            value: Some(value),
+        }
+    }
+
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        self.value
+            .as_mut()
+            .expect("a contained value is present until dropped")
+    }
+
+    pub(crate) fn into_inner(mut self) -> T {
+        self.value
+            .take()
+            .expect("a contained value is present until dropped")
+    }
+}
+
+impl<T> Drop for Contained<T> {
+    fn drop(&mut self) {
+        if let Some(value) = self.value.take() {
+            contain(self.job, "dropping a job's value", move || drop(value));
+        }
+    }
+}

@@ -26,7 +26,7 @@
 //! closure), so no lock is held while user code runs; user values are dropped
 //! only after every lock is released.
 
-use super::cleanup::{Cleanup, contain};
+use super::cleanup::{Cleanup, Contained, contain};
 use super::error::{JobError, panic_message};
 use super::pool::{Pool, PoolState};
 use crate::queue::{Key, deadline_after};
@@ -324,10 +324,14 @@ impl<W: Work> Job<W> {
         let (outcome, work) = match catch_unwind(AssertUnwindSafe(|| work.start())) {
             Err(payload) => (Outcome::Panicked(payload), None),
             Ok((run, work)) => {
-                let mut run = Abortable::new(AssertUnwindSafe(run).catch_unwind(), registration);
-                let result = (&mut run).await;
-                // Dropping the future runs user code too (its `Drop`).
-                contain(self.id, "dropping a job's future", move || drop(run));
+                // Both are user values held across the await: if this
+                // future is dropped there, their `Drop`s are contained too.
+                let work = work.map(|work| Contained::new(self.id, work));
+                let run = Abortable::new(AssertUnwindSafe(run).catch_unwind(), registration);
+                let mut run = Contained::new(self.id, run);
+                let result = run.get_mut().await;
+                drop(run);
+                let work = work.map(Contained::into_inner);
                 match result {
                     Ok(Ok(output)) => (Outcome::Returned(output), work),
                     Ok(Err(payload)) => (Outcome::Panicked(payload), work),

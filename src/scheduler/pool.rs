@@ -250,10 +250,10 @@ impl Pool {
     /// Cancels the job worker `worker` claimed but will never start.
     fn cancel_claim(&self, worker: usize) {
         let mut ps = self.lock();
-        let cleanup = self
-            .claim_slot(worker)
-            .take()
-            .and_then(|task| task.cancel_queued(&mut ps));
+        // Out of the slot first: the slot is a leaf lock, never held while
+        // the job's lock is taken.
+        let claimed = self.claim_slot(worker).take();
+        let cleanup = claimed.and_then(|task| task.cancel_queued(&mut ps));
         self.unlock(ps);
         if let Some(cleanup) = cleanup {
             cleanup.run();
