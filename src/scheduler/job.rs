@@ -8,23 +8,30 @@
 //! | from | event | to | counters |
 //! |---|---|---|---|
 //! | `New` | submitted | `Queued` | pending +1 |
-//! | `Queued` | a worker takes it | `Running` | pending -1, running +1 |
-//! | `Queued` | `cancel`/`abort`, a shutdown policy, `shutdown_now` | `Done(Cancelled)` | pending -1, cancelled +1 |
+//! | `Queued` | a worker takes it off the queue (and claims it) | `Queued`, not in the queue | - |
+//! | `Queued` (claimed) | the worker starts it | `Running` | pending -1, running +1 |
+//! | `Queued` | `cancel`/`abort`, a shutdown policy, `shutdown_now`, its worker gone | `Done(Cancelled)` | pending -1, cancelled +1 |
 //! | `Running` | run ends, one-shot | `Done(Ok)` | running -1, completed +1 |
 //! | `Running` | run ends, periodic, may go on | `Queued` (next deadline) | running -1, completed +1, pending +1 |
 //! | `Running` | run ends, periodic, cancelled or shut down | `Done(Cancelled)` | running -1, completed +1, cancelled +1 |
 //! | `Running` | run (or a periodic job's closure) panics | `Done(Panicked)` | running -1, panicked +1 |
 //! | `Running` | `cancel` on a periodic job | `Running { cancel }` | - |
+//! | `Running` | `shutdown` (periodic, not continued) | `Running { cancel }` | - |
 //! | `Running` | `abort`, `shutdown_now` | `Running { cancel }`, run stopped at its next await | - |
+//! | `Running` | the worker's future is dropped (runtime shut down) | `Done(Cancelled)` | running -1, cancelled +1 |
+//! | `Running` | the worker unwinds (a panicking subscriber) | `Done(Panicked)` | running -1, panicked +1 |
 //! | `Running` (stopped) | run aborted | `Done(Cancelled)` | running -1, cancelled +1 |
 //! | `Done` | the handle collects the result | `Collected` | - |
+//! | any | the handle is dropped | the same; a later `Done` goes straight to `Collected`, its result dropped | - |
 //!
 //! `cancel` on a one-shot `Running` job and any cancel of a finished job
 //! change nothing and return `false`.
 //!
 //! While a job runs, the worker owns its work (the future, or the periodic
-//! closure), so no lock is held while user code runs; user values are dropped
-//! only after every lock is released.
+//! closure), so no lock is held while user code runs. A transition never
+//! drops a user value itself: it returns a [`Cleanup`] that wakes the handle
+//! and then drops them, after every lock is released, with panics contained
+//! (`cleanup.rs`).
 
 use super::cleanup::{Cleanup, Contained, contain};
 use super::error::{JobError, panic_message};
