@@ -2,6 +2,9 @@
 //! contained on every path: no panic reaches the caller of a scheduler
 //! method, every other handle is still woken, and no worker dies.
 
+mod common;
+
+use common::Bomb;
 use punctual::{JobHandle, Scheduler};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -11,17 +14,6 @@ use tokio::time::{sleep, timeout};
 
 const MS: Duration = Duration::from_millis(1);
 const HOUR: Duration = Duration::from_secs(3600);
-
-/// Panics when dropped (unless already unwinding, which would abort).
-struct Bomb;
-
-impl Drop for Bomb {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            panic!("bomb went off");
-        }
-    }
-}
 
 /// A one-shot job that holds a bomb until it runs or is dropped.
 fn armed_job(scheduler: &Scheduler, delay: Duration) -> JobHandle<()> {

@@ -2,6 +2,9 @@
 //! down with jobs pending or running, every handle resolves to
 //! `Err(JobError::Cancelled)` and `terminated()` resolves too.
 
+mod common;
+
+use common::Bomb;
 use punctual::{ScheduleError, Scheduler};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -89,17 +92,6 @@ fn a_handle_polled_before_the_runtime_drops_is_woken() {
     assert!(waiter.is_woken(), "the parked handle was not woken");
     let result = tokio_test::assert_ready!(waiter.poll());
     assert!(result.unwrap_err().is_cancelled());
-}
-
-/// Panics when dropped (unless already unwinding).
-struct Bomb;
-
-impl Drop for Bomb {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            panic!("bomb went off");
-        }
-    }
 }
 
 #[test]

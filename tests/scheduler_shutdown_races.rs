@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::Rng;
+use common::{Bomb, Rng};
 use punctual::{JobHandle, Scheduler};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,17 +18,6 @@ use tokio::time::timeout;
 const ROUNDS: usize = 300;
 const TICK: Duration = Duration::from_micros(1);
 const PATIENCE: Duration = Duration::from_secs(10);
-
-/// Panics when dropped (unless already unwinding).
-struct Bomb;
-
-impl Drop for Bomb {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            panic!("bomb went off");
-        }
-    }
-}
 
 fn busy_periodic(scheduler: &Scheduler, bomb: bool) -> JobHandle<()> {
     // Built only when asked for: a `Bomb` made and dropped goes off.
