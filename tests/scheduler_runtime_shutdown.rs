@@ -132,3 +132,63 @@ fn a_running_job_whose_future_panics_on_drop_still_resolves_cancelled() {
         assert_eq!(scheduler.stats().panicked, 0);
     });
 }
+
+/// A runtime dropped while its thread unwinds for a reason of its own (a
+/// failed assertion, say) cancels the running job: no worker panicked.
+#[test]
+fn a_runtime_dropped_during_an_unrelated_panic_cancels_the_running_job() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let scheduler = Scheduler::new(1);
+            let started = Arc::new(AtomicBool::new(false));
+            let flag = started.clone();
+            let running = scheduler
+                .schedule(Duration::ZERO, async move {
+                    flag.store(true, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                })
+                .unwrap();
+            let pending = scheduler
+                .schedule(Duration::from_secs(3600), async {})
+                .unwrap();
+            while !started.load(Ordering::SeqCst) {
+                tokio::task::yield_now().await;
+            }
+            tx.send((scheduler, running, pending)).unwrap();
+        });
+        // Something unrelated fails while `rt` is still alive: `rt` is
+        // dropped during the unwind, which drops the scheduler's worker.
+        panic!("an unrelated failure on the runtime's thread");
+    });
+    assert!(thread.join().is_err());
+    let (scheduler, running, pending) = rx.recv().unwrap();
+
+    let other = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    other.block_on(async {
+        let running = timeout(PATIENCE, running).await.expect("running job hangs");
+        let pending = timeout(PATIENCE, pending).await.expect("pending job hangs");
+        timeout(PATIENCE, scheduler.terminated())
+            .await
+            .expect("terminated() hangs");
+        assert!(
+            pending.unwrap_err().is_cancelled(),
+            "the pending job was not cancelled"
+        );
+        let err = running.unwrap_err();
+        let stats = scheduler.stats();
+        assert!(
+            err.is_cancelled(),
+            "the job running when the runtime was dropped resolved to {err:?} \
+             (stats {stats:?}); no worker panicked"
+        );
+        assert_eq!((stats.panicked, stats.cancelled), (0, 2), "{stats:?}");
+    });
+}

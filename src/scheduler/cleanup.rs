@@ -82,14 +82,21 @@ impl Cleanup {
 
 /// Runs `f`, which runs user code, so that a panic in it goes no further
 /// than a `tracing` error event.
+///
+/// This may run in a `Drop` while the thread unwinds (a worker dropped mid-run
+/// as its runtime goes away during a panic), where a second panic escaping
+/// would abort the process: so the report, which runs the subscriber's code,
+/// is contained as well, and the payload's own `Drop` too.
 pub(crate) fn contain(job: u64, what: &'static str, f: impl FnOnce()) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
-        let message = panic_message(payload.as_ref()).unwrap_or("(non-string payload)");
-        tracing::error!(job, panic = message, "{what} panicked");
-        // The payload is a user value too; a panic from its `Drop` is
-        // dropped unseen rather than let through.
-        if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-            std::mem::forget(again);
+        let reported = catch_unwind(AssertUnwindSafe(|| {
+            let message = panic_message(payload.as_ref()).unwrap_or("(non-string payload)");
+            tracing::error!(job, panic = message, "{what} panicked");
+        }));
+        for value in [Some(payload), reported.err()].into_iter().flatten() {
+            if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
+                std::mem::forget(again);
+            }
         }
     }
 }

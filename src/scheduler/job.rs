@@ -52,17 +52,19 @@ pub(crate) trait Work: Send + Sized + 'static {
     type Output: Send + 'static;
     const PERIODIC: bool;
 
-    /// Starts one run: the future to run, and the work back if there may be
-    /// another run. Runs user code (a periodic job's closure), so it is never
-    /// called under a lock.
-    fn start(self) -> (BoxFuture<'static, Self::Output>, Option<Self>);
+    /// Starts one run: the future to run. Runs user code (a periodic job's
+    /// closure), so it is never called under a lock. Takes `&mut self` so
+    /// that a closure that panics is not dropped while that panic unwinds
+    /// (a panicking `Drop` there would abort): it is dropped afterwards,
+    /// contained.
+    fn start(&mut self) -> BoxFuture<'static, Self::Output>;
 
     /// The deadline of the next run, given when the last one ended.
     fn reschedule(&mut self, ended: Instant) -> Instant;
 }
 
-/// A one-shot job's future.
-pub(crate) struct Once<F>(pub(crate) F);
+/// A one-shot job's future, until its run starts.
+pub(crate) struct Once<F>(pub(crate) Option<F>);
 
 impl<F> Work for Once<F>
 where
@@ -72,8 +74,8 @@ where
     type Output = F::Output;
     const PERIODIC: bool = false;
 
-    fn start(self) -> (BoxFuture<'static, F::Output>, Option<Self>) {
-        (Box::pin(self.0), None)
+    fn start(&mut self) -> BoxFuture<'static, F::Output> {
+        Box::pin(self.0.take().expect("a one-shot job starts once"))
     }
 
     fn reschedule(&mut self, ended: Instant) -> Instant {
@@ -100,9 +102,8 @@ where
     type Output = ();
     const PERIODIC: bool = true;
 
-    fn start(mut self) -> (BoxFuture<'static, ()>, Option<Self>) {
-        let run = (self.make_run)();
-        (Box::pin(run), Some(self))
+    fn start(&mut self) -> BoxFuture<'static, ()> {
+        Box::pin((self.make_run)())
     }
 
     fn reschedule(&mut self, ended: Instant) -> Instant {
@@ -327,25 +328,25 @@ impl<W: Work> Job<W> {
             armed: true,
         };
         // A periodic job's closure is user code too: a panic there ends the
-        // job like a panic in its future.
-        let (outcome, work) = match catch_unwind(AssertUnwindSafe(|| work.start())) {
-            Err(payload) => (Outcome::Panicked(payload), None),
-            Ok((run, work)) => {
-                // Both are user values held across the await: if this
-                // future is dropped there, their `Drop`s are contained too.
-                let work = work.map(|work| Contained::new(self.id, work));
+        // job like a panic in its future. The work is held contained across
+        // the await: if this future is dropped there, its `Drop` is too.
+        let mut work = Contained::new(self.id, work);
+        let outcome = match catch_unwind(AssertUnwindSafe(|| work.get_mut().start())) {
+            Err(payload) => Outcome::Panicked(payload),
+            Ok(run) => {
                 let run = Abortable::new(AssertUnwindSafe(run).catch_unwind(), registration);
                 let mut run = Contained::new(self.id, run);
                 let result = run.get_mut().await;
                 drop(run);
-                let work = work.map(Contained::into_inner);
                 match result {
-                    Ok(Ok(output)) => (Outcome::Returned(output), work),
-                    Ok(Err(payload)) => (Outcome::Panicked(payload), work),
-                    Err(_aborted) => (Outcome::Aborted, work),
+                    Ok(Ok(output)) => Outcome::Returned(output),
+                    Ok(Err(payload)) => Outcome::Panicked(payload),
+                    Err(_aborted) => Outcome::Aborted,
                 }
             }
         };
+        // A one-shot job's work is spent; only periodic work may run again.
+        let work = W::PERIODIC.then(|| work.into_inner());
         if let Outcome::Panicked(payload) = &outcome {
             // Before `end` takes the locks: a subscriber is user code too.
             // One that panics here takes the worker down; the guard ends the
@@ -362,7 +363,10 @@ impl<W: Work> Job<W> {
     /// future was dropped (the runtime shut down), or the worker is
     /// unwinding.
     fn abandon(&self, pool: &Pool, worker: usize) {
-        let panicking = std::thread::panicking();
+        // Unwinding out of its own worker's poll, or dropped because the
+        // runtime goes away (maybe while the thread unwinds for a reason
+        // of its own): only the first is this job's panic.
+        let panicking = std::thread::panicking() && super::pool::in_worker_poll();
         let mut ps = pool.lock();
         let mut st = self.lock();
         if !matches!(st.phase, Phase::Running { .. }) {

@@ -347,7 +347,7 @@ impl Scheduler {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.submit(Once(job), deadline, false)
+        self.submit(Once(Some(job)), deadline, false)
     }
 
     /// Runs `job()` periodically at a fixed rate: run k starts at

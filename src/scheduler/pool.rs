@@ -28,12 +28,16 @@
 
 use super::Stats;
 use super::cleanup::{Cleanup, contain};
+use super::error::panic_message;
 use super::job::Task;
 use crate::queue::DelayQueue;
+use std::cell::Cell;
 use std::future::Future;
-use std::pin::pin;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -261,61 +265,132 @@ impl Pool {
     }
 }
 
-/// Accounts for a worker however it ends: it exits normally, its task is
-/// dropped (before or after it first ran), or it unwinds.
+/// Accounts for a worker that ends without being replaced: it exits
+/// normally, or its task is dropped (the runtime goes away), before or
+/// after it first ran.
 struct ExitGuard {
     pool: Arc<Pool>,
     index: usize,
-    started: bool,
-    normal: bool,
+    exit: Exit,
 }
 
-impl ExitGuard {
-    fn exit_normally(mut self) {
-        self.normal = true;
-    }
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Exit {
+    /// The task was dropped before it ended: the runtime goes away.
+    Dropped,
+    /// It found the pool done.
+    Normal,
+    /// It panicked and a new worker took its place.
+    Replaced,
 }
 
 impl Drop for ExitGuard {
     fn drop(&mut self) {
-        if !self.normal {
+        if self.exit == Exit::Replaced {
+            return;
+        }
+        let normal = self.exit == Exit::Normal;
+        if !normal {
             self.pool.cancel_claim(self.index);
         }
-        // A worker that ran and unwinds is replaced. One dropped before it
-        // ever ran (spawned onto a runtime that is shutting down) is not,
-        // or a dying runtime would be fed replacements forever.
-        if self.started && std::thread::panicking() {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(worker(self.pool.clone(), self.index));
-                tracing::error!(
-                    worker = self.index,
-                    "a scheduler worker panicked; a new worker replaces it"
-                );
-                return;
-            }
-        }
-        self.pool.worker_exited(self.normal);
+        self.pool.worker_exited(normal);
+    }
+}
+
+thread_local! {
+    /// How many workers' polls are on this thread's stack.
+    static POLLING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether this thread is inside a worker's poll: a run guard dropped while
+/// unwinding tells its worker's own panic from a runtime dropped during an
+/// unwind that has nothing to do with it.
+pub(crate) fn in_worker_poll() -> bool {
+    POLLING.with(Cell::get) > 0
+}
+
+struct Polling;
+
+impl Polling {
+    fn enter() -> Polling {
+        POLLING.with(|n| n.set(n.get() + 1));
+        Polling
+    }
+}
+
+impl Drop for Polling {
+    fn drop(&mut self) {
+        POLLING.with(|n| n.set(n.get() - 1));
     }
 }
 
 /// One worker: take the next due job, run it to completion, repeat, until
-/// the pool is done. The guard exists before the future is first polled,
+/// the pool is done. Its guard exists before the future is first polled,
 /// so even a worker that never runs is accounted for.
-pub(crate) fn worker(pool: Arc<Pool>, index: usize) -> impl Future<Output = ()> + Send + 'static {
-    let mut guard = ExitGuard {
-        pool,
-        index,
-        started: false,
-        normal: false,
-    };
-    async move {
-        guard.started = true;
-        serve(&guard.pool, index).await;
-        guard.exit_normally();
+pub(crate) fn worker(pool: Arc<Pool>, index: usize) -> Worker {
+    Worker {
+        serve: Box::pin(serve(pool.clone(), index)),
+        guard: Some(ExitGuard {
+            pool,
+            index,
+            exit: Exit::Dropped,
+        }),
     }
 }
 
-async fn serve(pool: &Arc<Pool>, index: usize) {
+/// A worker's task. A panic that escapes a poll (user code runs inside
+/// `catch_unwind`, so only a panicking `tracing` subscriber can cause one)
+/// is caught here, in the poll, not in a `Drop` during the unwind: the
+/// worker is replaced by a new one and this task ends, uncounted.
+pub(crate) struct Worker {
+    serve: Pin<Box<dyn Future<Output = ()> + Send>>,
+    guard: Option<ExitGuard>,
+}
+
+impl Worker {
+    /// Ends this task's accounting as `exit` says.
+    fn end(&mut self, exit: Exit) -> (Arc<Pool>, usize) {
+        let mut guard = self.guard.take().expect("a worker ends once");
+        guard.exit = exit;
+        (guard.pool.clone(), guard.index)
+    }
+}
+
+impl Future for Worker {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let polled = {
+            let _polling = Polling::enter();
+            catch_unwind(AssertUnwindSafe(|| self.serve.as_mut().poll(cx)))
+        };
+        match polled {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(())) => {
+                self.end(Exit::Normal);
+                Poll::Ready(())
+            }
+            Err(payload) => {
+                let (pool, index) = self.end(Exit::Replaced);
+                // Its claim (if it died between taking and starting a job)
+                // is cancelled; its running job was ended by its run guard.
+                pool.cancel_claim(index);
+                tokio::spawn(worker(pool, index));
+                contain(0, "reporting a worker's panic", move || {
+                    let message = panic_message(payload.as_ref()).unwrap_or("(non-string payload)");
+                    tracing::error!(
+                        worker = index,
+                        panic = message,
+                        "a scheduler worker panicked; a new worker replaces it"
+                    );
+                });
+                Poll::Ready(())
+            }
+        }
+    }
+}
+
+async fn serve(pool: Arc<Pool>, index: usize) {
     loop {
         let mut done = pin!(pool.done.notified());
         // Enabled before the check: `notify_waiters` only reaches enabled
