@@ -1,6 +1,7 @@
 //! Model check of the Leader-Follower hand-off: every interleaving of a few
-//! consumers, an insert of an earlier head, a dropped consumer and the
-//! passing of time, explored exhaustively; none may strand a due entry.
+//! consumers (`take`, or `take_timeout`), a producer inserting an earlier
+//! head or removing the head, dropped consumers and the passing of time,
+//! explored exhaustively; none may strand a due entry.
 //!
 //! The decisions are the real ones: each step under the queue's lock calls
 //! the same `State` functions as `take` (`take_due`, `look`, `leave`,
@@ -27,6 +28,7 @@
 //! flight, whenever consumers are parked with entries queued) runs after
 //! every step.
 
+use super::heap::SlotKey;
 use super::state::{Shared, State, Wake};
 use super::wait::{Seat, Step};
 use std::collections::HashSet;
@@ -76,6 +78,16 @@ struct Consumer {
     pc: Pc,
     seat: Seat,
     note: Note,
+    /// `take_timeout`'s limit, in ms since `base`; `None` for `take`.
+    limit: Option<u64>,
+}
+
+/// What the producer does next, one step at a time.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Insert(u32, u64),
+    /// Removes the entry inserted initially at this index.
+    Remove(usize),
 }
 
 #[derive(Clone, Debug)]
@@ -88,8 +100,9 @@ struct World {
     /// Registered, not yet notified, in registration order.
     waiters: Vec<usize>,
     permit: bool,
-    /// The producer's pending insert, then its pending wake-up.
-    insert: Option<(u32, u64)>,
+    /// The producer's remaining operations, then its pending wake-up.
+    ops: Vec<Op>,
+    keys: Vec<SlotKey>,
     producer_wake: Option<Wake>,
     drops_left: usize,
     /// Deadlines the clock may move to.
@@ -113,7 +126,8 @@ enum Action {
         i: usize,
         to: Option<usize>,
     },
-    Insert,
+    /// The producer's next operation.
+    Produce,
     Clock(u64),
 }
 
@@ -124,35 +138,52 @@ impl World {
         insert: Option<(u32, u64)>,
         drops: usize,
     ) -> Self {
+        let ops = insert
+            .map(|(v, at)| Op::Insert(v, at))
+            .into_iter()
+            .collect();
+        Self::with(vec![None; consumers], entries, ops, drops)
+    }
+
+    fn with(limits: Vec<Option<u64>>, entries: &[(u32, u64)], ops: Vec<Op>, drops: usize) -> Self {
         let mut state = Shared::<u32>::new(0).lock().clone();
         let base = Instant::now();
+        let mut keys = Vec::new();
         for &(value, at) in entries {
             let before = state.heap.head();
-            state.heap.insert(value, base + Duration::from_millis(at));
+            keys.push(state.heap.insert(value, base + Duration::from_millis(at)));
             let _ = state.head_changed(before);
         }
+        let inserted = ops.iter().filter_map(|op| match op {
+            Op::Insert(_, at) => Some(*at),
+            Op::Remove(_) => None,
+        });
         let mut times: Vec<u64> = entries
             .iter()
             .map(|e| e.1)
-            .chain(insert.map(|e| e.1))
+            .chain(inserted)
+            .chain(limits.iter().flatten().copied())
             .collect();
         times.sort_unstable();
         times.dedup();
+        let consumers = limits
+            .into_iter()
+            .map(|limit| Consumer {
+                pc: Pc::Start,
+                seat: Seat::default(),
+                note: Note::None,
+                limit,
+            })
+            .collect();
         World {
             state,
             base,
             now: 0,
-            consumers: vec![
-                Consumer {
-                    pc: Pc::Start,
-                    seat: Seat::default(),
-                    note: Note::None,
-                };
-                consumers
-            ],
+            consumers,
             waiters: Vec::new(),
             permit: false,
-            insert,
+            ops,
+            keys,
             producer_wake: None,
             drops_left: drops,
             times,
@@ -207,13 +238,21 @@ impl World {
                 }
             }
         }
-        if self.producer_wake.is_some_and(Wake::wakes_one) {
-            for to in self.notify_choices() {
-                out.push(Action::Notify { from: None, to });
+        match self.producer_wake {
+            Some(wake) if wake.wakes_one() => {
+                for to in self.notify_choices() {
+                    out.push(Action::Notify { from: None, to });
+                }
             }
+            // Nobody to notify: the producer goes on.
+            Some(_) => out.push(Action::Notify {
+                from: None,
+                to: None,
+            }),
+            None => {}
         }
-        if self.insert.is_some() {
-            out.push(Action::Insert);
+        if self.producer_wake.is_none() && !self.ops.is_empty() {
+            out.push(Action::Produce);
         }
         if let Some(&next) = self.times.iter().find(|&&t| t > self.now) {
             out.push(Action::Clock(next));
@@ -245,16 +284,23 @@ impl World {
     fn step(&mut self, action: Action) {
         match action {
             Action::Clock(t) => self.now = t,
-            Action::Insert => {
-                let (value, at) = self.insert.take().unwrap();
+            Action::Produce => {
                 let before = self.state.heap.head();
-                let deadline = self.instant(at);
-                self.state.heap.insert(value, deadline);
+                match self.ops.remove(0) {
+                    Op::Insert(value, at) => {
+                        let deadline = self.instant(at);
+                        self.state.heap.insert(value, deadline);
+                    }
+                    Op::Remove(index) => {
+                        let _ = self.state.heap.remove(self.keys[index]);
+                    }
+                }
                 self.producer_wake = Some(self.state.head_changed(before));
             }
             Action::Notify { from: None, to } => {
-                self.notify_one(to);
-                self.producer_wake = None;
+                if self.producer_wake.take().is_some_and(Wake::wakes_one) {
+                    self.notify_one(to);
+                }
             }
             Action::Notify { from: Some(i), to } => {
                 if self.consumers[i].pc == Pc::Returning {
@@ -294,6 +340,7 @@ impl World {
 
     fn consumer_step(&mut self, i: usize) {
         let now = self.instant(self.now);
+        let limit = self.consumers[i].limit.map(|ms| self.instant(ms));
         let mut seat = self.consumers[i].seat;
         let pc = self.consumers[i].pc.clone();
         let next = match pc {
@@ -315,10 +362,13 @@ impl World {
                 }
                 Pc::Look
             }
-            Pc::Look => match self.state.look(&mut seat, now, None, &mut |_| {}) {
+            Pc::Look => match self.state.look(&mut seat, now, limit, &mut |_| {}) {
                 Step::Done(taken, wake) => {
-                    self.got
-                        .push(taken.expect("take without a limit returns a value"));
+                    assert!(
+                        taken.is_some() || limit.is_some(),
+                        "take without a limit returns a value"
+                    );
+                    self.got.extend(taken);
                     Pc::Deliver(wake, Then::Return)
                 }
                 Step::Park(until) => {
@@ -364,7 +414,7 @@ impl World {
             self.consumers,
             self.waiters,
             self.permit,
-            self.insert,
+            self.ops,
             self.producer_wake,
             self.drops_left,
             self.got
@@ -437,4 +487,20 @@ fn three_consumers_three_entries_an_earlier_insert() {
 #[test]
 fn two_consumers_an_earlier_insert_and_two_drops() {
     check(World::new(2, &[(1, 10)], Some((0, 5)), 2));
+}
+
+#[test]
+fn a_timed_consumer_an_untimed_one_an_earlier_insert_and_a_drop() {
+    // `take_timeout` gives up at 7, before the entry at 10 is due; the
+    // earlier insert at 5 may go to either consumer.
+    let limits = vec![Some(7), None];
+    let states = check(World::with(limits, &[(1, 10)], vec![Op::Insert(0, 5)], 1));
+    assert!(states > 1000, "explored only {states} states");
+}
+
+#[test]
+fn removing_the_head_under_waiting_consumers() {
+    let ops = vec![Op::Remove(0), Op::Insert(2, 15)];
+    let states = check(World::with(vec![None; 2], &[(0, 5), (1, 10)], ops, 1));
+    assert!(states > 1000, "explored only {states} states");
 }
