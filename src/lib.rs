@@ -21,6 +21,16 @@
 //! All times are [`tokio::time::Instant`] and [`std::time::Duration`], so
 //! tests can drive everything with paused time.
 //!
+//! # Waiting consumers
+//!
+//! A consumer waiting in [`DelayQueue::take`] may be the one that times the
+//! earliest deadline for everyone: keep polling a `take` future once polled,
+//! or drop it (in a `select!` loop, create it inside the loop). A
+//! [`TakeStream`] may be kept across `select!` iterations: when its
+//! [`next()`](TakeStream::next) loses the race, its future is dropped and
+//! the stream gives its place up, so it never holds up another consumer
+//! while the loop body runs.
+//!
 //! # Examples
 //!
 //! ```
@@ -48,7 +58,7 @@
 mod queue;
 mod scheduler;
 
-pub use queue::{DelayQueue, Full, Key, TakeStream};
+pub use queue::{DelayQueue, Full, Key, StreamNext, TakeStream};
 pub use scheduler::{Builder, JobError, JobHandle, MissedTicks, ScheduleError, Scheduler, Stats};
 
 /// The README's examples, compiled and run as doctests.

@@ -3,7 +3,8 @@
 #![allow(dead_code)]
 
 use punctual::{
-    Builder, DelayQueue, JobError, JobHandle, Key, ScheduleError, Scheduler, Stats, TakeStream,
+    Builder, DelayQueue, JobError, JobHandle, Key, ScheduleError, Scheduler, Stats, StreamNext,
+    TakeStream,
 };
 use std::rc::Rc;
 
@@ -16,10 +17,13 @@ fn queue_types_are_send_and_sync() {
     let q: DelayQueue<String> = DelayQueue::new();
     send_sync(&q);
     send_sync(&q.stream());
+    let mut stream = q.stream();
+    send_sync(&stream.next());
     let key = q.insert(String::new(), std::time::Duration::ZERO);
     send_sync(&key);
     is_debug::<DelayQueue<Rc<()>>>();
     is_debug::<TakeStream<Rc<()>>>();
+    is_debug::<StreamNext<'static, Rc<()>>>();
     is_debug::<Key>();
 }
 

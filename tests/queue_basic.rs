@@ -1,6 +1,5 @@
 //! One test at least for each rule of `DelayQueue` in API.md.
 
-use futures::StreamExt;
 use punctual::DelayQueue;
 use std::time::Duration;
 use tokio::time::{Instant, advance};

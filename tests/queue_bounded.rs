@@ -1,6 +1,5 @@
 //! Bounded delay queues: `bounded`, `try_insert`, `try_insert_at`, `Full`.
 
-use futures::StreamExt;
 use punctual::{DelayQueue, Full};
 use std::time::Duration;
 use tokio::time::{Instant, advance};

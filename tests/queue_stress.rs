@@ -5,7 +5,6 @@
 mod common;
 
 use common::Rng;
-use futures::StreamExt;
 use punctual::DelayQueue;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};

@@ -82,6 +82,7 @@ impl Slot {
 }
 
 #[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub(crate) struct Heap<T> {
     entries: Vec<Entry>,
     slots: Vec<Slot>,

@@ -2,12 +2,14 @@
 
 mod full;
 mod heap;
+#[cfg(test)]
+mod model_check;
 mod state;
 mod stream;
 mod wait;
 
 pub use full::Full;
-pub use stream::TakeStream;
+pub use stream::{StreamNext, TakeStream};
 
 use heap::SlotKey;
 use state::{Shared, Wake};
@@ -373,6 +375,14 @@ impl<T> DelayQueue<T> {
     /// entry. If the dropped future was the leader, or had been woken and not
     /// yet run, another waiting consumer is woken to take over.
     ///
+    /// Keep polling a `take` future once it has been polled, or drop it: a
+    /// future that is kept but not polled may hold the leader's timer or the
+    /// wake-up meant to hand that duty on, and other consumers waiting in
+    /// `take` are then served only once it is polled again or dropped. In a
+    /// `select!` loop, create the future inside the loop (a losing branch is
+    /// dropped), or keep a [`stream`](DelayQueue::stream) and race its
+    /// [`next()`](TakeStream::next), which gives its place up when it loses.
+    ///
     /// # Examples
     ///
     /// ```
@@ -392,7 +402,19 @@ impl<T> DelayQueue<T> {
     /// ```
     pub async fn take(&self) -> T {
         loop {
-            if let Some(value) = wait::take_until(&self.shared, None).await {
+            if let Some(value) = wait::take_until(&self.shared, None, |_| {}).await {
+                return value;
+            }
+        }
+    }
+
+    /// Like [`take`](DelayQueue::take), but `claim` sees the entry under the
+    /// queue's lock in the same step that removes it: whoever holds the
+    /// queue's lock never finds the entry both gone and unclaimed. `claim`
+    /// must be quick and must not use the queue.
+    pub(crate) async fn take_claimed(&self, mut claim: impl FnMut(&T)) -> T {
+        loop {
+            if let Some(value) = wait::take_until(&self.shared, None, &mut claim).await {
                 return value;
             }
         }
@@ -424,7 +446,7 @@ impl<T> DelayQueue<T> {
     /// ```
     pub async fn take_timeout(&self, timeout: Duration) -> Option<T> {
         let limit = deadline_after(Instant::now(), timeout);
-        wait::take_until(&self.shared, Some(limit)).await
+        wait::take_until(&self.shared, Some(limit), |_| {}).await
     }
 
     /// Removes and returns, in deadline order, up to `max` entries that are
@@ -690,6 +712,10 @@ impl<T> DelayQueue<T> {
     /// deadline order as they come due. It shares the queue with `take` and
     /// other streams (each entry goes to exactly one consumer) and never
     /// ends.
+    ///
+    /// A stream may be kept across `select!` iterations: when its
+    /// [`next()`](TakeStream::next) loses the race, the stream gives its
+    /// place among the waiting consumers up (see [`TakeStream`]).
     ///
     /// # Examples
     ///

@@ -38,6 +38,7 @@ pub(crate) struct Shared<T> {
 }
 
 #[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub(crate) struct State<T> {
     pub(crate) heap: Heap<T>,
     /// This queue's identity; `clear` gives it a new one.
@@ -134,8 +135,9 @@ impl<T> State<T> {
         self.next_waiter
     }
 
+    /// The module's invariant; debug builds check it on every unlock.
     #[inline]
-    fn check(&self) {
+    pub(crate) fn check(&self) {
         debug_assert!(
             self.parked == 0 || self.heap.is_empty() || self.leader.is_some() || self.waking,
             "consumers parked with entries queued, but no leader and no wake-up in flight"
@@ -144,5 +146,11 @@ impl<T> State<T> {
 }
 
 impl Wake {
+    /// Whether one parked consumer is to be notified.
+    #[cfg(test)]
+    pub(crate) fn wakes_one(self) -> bool {
+        self.0
+    }
+
     pub(crate) const NONE: Wake = Wake(false);
 }

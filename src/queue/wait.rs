@@ -10,115 +10,163 @@
 //! Everything a waiter must undo when it stops waiting (its parked count, its
 //! leadership, handing the duty on) lives in [`Waiter`]'s drop guard, so a
 //! future dropped at its await point cleans up exactly like one that returns.
+//!
+//! The decisions themselves ([`State::look`], [`State::leave`]) are plain
+//! functions of the locked state, shared with the model check in
+//! `model_check.rs`, which explores every interleaving of them.
 
 use super::state::{Shared, State, Wake};
 use std::pin::pin;
 use tokio::time::{Instant, sleep_until};
 
-/// The drop guard of one waiting consumer.
-struct Waiter<'a, T> {
-    shared: &'a Shared<T>,
-    id: u64,
-    parked: bool,
-}
-
-impl<T> Waiter<'_, T> {
-    /// Undoes this waiter's parking and leadership. Called under the lock,
-    /// when the waiter looks at the state again or leaves.
-    fn unpark(&mut self, state: &mut State<T>) {
-        if self.parked {
-            self.parked = false;
-            state.parked -= 1;
-            if state.leader == Some(self.id) {
-                state.leader = None;
-            }
-        }
-    }
-}
-
-impl<T> Drop for Waiter<'_, T> {
-    fn drop(&mut self) {
-        if !self.parked {
-            return;
-        }
-        // Dropped at its await point. If it was the leader, the head is now
-        // untimed: hand the duty on. (A `notify_one` this waiter received but
-        // never acted on is passed on by `Notified`'s own drop.)
-        let mut state = self.shared.lock();
-        self.unpark(&mut state);
-        let wake = state.after_leave();
-        self.shared.unlock_and_wake(state, wake);
-    }
+/// One waiting consumer's part of the shared state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Seat {
+    /// Assigned on the first look that parks; 0 until then.
+    pub(crate) id: u64,
+    /// Counted in `State::parked` (and maybe the leader).
+    pub(crate) parked: bool,
 }
 
 /// What a waiter decided after looking at the state.
-enum Step<T> {
-    /// Stop waiting: an entry was taken, or the limit passed.
-    Done(Option<T>),
+#[derive(Debug)]
+pub(crate) enum Step<T> {
+    /// Stop waiting: an entry was taken, or the limit passed. The wake-up is
+    /// delivered after the lock is released.
+    Done(Option<T>, Wake),
     /// Wait for a notification, or until the given instant if any.
     Park(Option<Instant>),
 }
 
-impl<T> Waiter<'_, T> {
-    /// One look at the state under the lock: take the head if it is due,
-    /// give up if the limit passed, else park as leader or follower.
-    fn look(&mut self, now: Instant, limit: Option<Instant>) -> Step<T> {
-        let shared = self.shared;
-        let mut state = shared.lock();
+impl<T> State<T> {
+    /// Undoes a seat's parking and leadership.
+    fn unpark(&mut self, seat: &mut Seat) {
+        if seat.parked {
+            seat.parked = false;
+            self.parked -= 1;
+            if self.leader == Some(seat.id) {
+                self.leader = None;
+            }
+        }
+    }
+
+    /// One look at the state: take the head if it is due, give up if the
+    /// limit passed, else park as leader or follower.
+    pub(crate) fn look(
+        &mut self,
+        seat: &mut Seat,
+        now: Instant,
+        limit: Option<Instant>,
+        on_take: &mut impl FnMut(&T),
+    ) -> Step<T> {
         // This consumer now looks at the state, so a wake-up in flight has
         // done its job: whatever it was for, this consumer handles below.
-        state.waking = false;
-        self.unpark(&mut state);
+        self.waking = false;
+        self.unpark(seat);
 
-        let taken = state.heap.pop_due(now);
+        let taken = self.heap.pop_due(now);
+        if let Some(value) = &taken {
+            on_take(value);
+        }
         if taken.is_some() || limit.is_some_and(|limit| limit <= now) {
-            let wake = state.after_leave();
-            shared.unlock_and_wake(state, wake);
-            return Step::Done(taken);
+            return Step::Done(taken, self.after_leave());
         }
 
-        if self.id == 0 {
-            self.id = state.new_waiter_id();
+        if seat.id == 0 {
+            seat.id = self.new_waiter_id();
         }
         let mut until = limit;
-        if let (Some(head), None) = (state.heap.peek_deadline(), state.leader) {
-            state.leader = Some(self.id);
+        if let (Some(head), None) = (self.heap.peek_deadline(), self.leader) {
+            self.leader = Some(seat.id);
             until = Some(limit.map_or(head, |limit| limit.min(head)));
         }
-        state.parked += 1;
-        self.parked = true;
-        shared.unlock_and_wake(state, Wake::NONE);
+        self.parked += 1;
+        seat.parked = true;
         Step::Park(until)
+    }
+
+    /// A seat leaves while parked (its future was dropped): if it was the
+    /// leader, the head is now untimed, so the duty is handed on.
+    pub(crate) fn leave(&mut self, seat: &mut Seat) -> Wake {
+        if !seat.parked {
+            return Wake::NONE;
+        }
+        self.unpark(seat);
+        self.after_leave()
+    }
+
+    /// The fast path: takes the head if it is already due.
+    pub(crate) fn take_due(
+        &mut self,
+        now: Instant,
+        on_take: &mut impl FnMut(&T),
+    ) -> Option<(T, Wake)> {
+        let value = self.heap.pop_due(now)?;
+        on_take(&value);
+        Some((value, self.after_leave()))
+    }
+}
+
+/// The drop guard of one waiting consumer.
+struct Waiter<'a, T> {
+    shared: &'a Shared<T>,
+    seat: Seat,
+}
+
+impl<T> Drop for Waiter<'_, T> {
+    fn drop(&mut self) {
+        if !self.seat.parked {
+            return;
+        }
+        // Dropped at its await point. (A `notify_one` this waiter received
+        // but never acted on is passed on by `Notified`'s own drop.)
+        let mut state = self.shared.lock();
+        let wake = state.leave(&mut self.seat);
+        self.shared.unlock_and_wake(state, wake);
     }
 }
 
 /// Waits until an entry is due and takes it, or until `limit` passes.
 ///
-/// With `limit == None` this only returns `Some`.
-pub(crate) async fn take_until<T>(shared: &Shared<T>, limit: Option<Instant>) -> Option<T> {
+/// With `limit == None` this only returns `Some`. `on_take` sees the entry
+/// under the queue's lock, in the same step that removes it, so whatever it
+/// records can never be observed apart from the removal; it must be quick
+/// and must not use the queue.
+pub(crate) async fn take_until<T>(
+    shared: &Shared<T>,
+    limit: Option<Instant>,
+    mut on_take: impl FnMut(&T),
+) -> Option<T> {
     // Fast path: with an entry already due, taking it needs neither a
     // `Notified` (whose registration takes `Notify`'s own lock) nor any
     // waiter bookkeeping.
     {
         let mut state = shared.lock();
-        if let Some(value) = state.heap.pop_due(Instant::now()) {
-            let wake = state.after_leave();
+        if let Some((value, wake)) = state.take_due(Instant::now(), &mut on_take) {
             shared.unlock_and_wake(state, wake);
             return Some(value);
         }
     }
     let mut waiter = Waiter {
         shared,
-        id: 0,
-        parked: false,
+        seat: Seat::default(),
     };
     loop {
         let mut notified = pin!(shared.notify.notified());
         // Enabled before the state is read: see the module docs.
         notified.as_mut().enable();
-        let until = match waiter.look(Instant::now(), limit) {
-            Step::Done(taken) => return taken,
-            Step::Park(until) => until,
+        let until = {
+            let mut state = shared.lock();
+            match state.look(&mut waiter.seat, Instant::now(), limit, &mut on_take) {
+                Step::Done(taken, wake) => {
+                    shared.unlock_and_wake(state, wake);
+                    return taken;
+                }
+                Step::Park(until) => {
+                    shared.unlock_and_wake(state, Wake::NONE);
+                    until
+                }
+            }
         };
         match until {
             Some(until) => {

@@ -220,6 +220,15 @@ impl<T> Future for JobHandle<T> {
     }
 }
 
+impl<T> Drop for JobHandle<T> {
+    fn drop(&mut self) {
+        // Detaching: the job goes on, and its result, when there is one, is
+        // dropped by the scheduler (panics contained) rather than by
+        // whichever owner of the job happens to let go of it last.
+        self.job.detach();
+    }
+}
+
 impl<T> fmt::Debug for JobHandle<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("JobHandle")

@@ -8,24 +8,32 @@
 //! | from | event | to | counters |
 //! |---|---|---|---|
 //! | `New` | submitted | `Queued` | pending +1 |
-//! | `Queued` | a worker takes it | `Running` | pending -1, running +1 |
-//! | `Queued` | `cancel`/`abort`, a shutdown policy, `shutdown_now` | `Done(Cancelled)` | pending -1, cancelled +1 |
+//! | `Queued` | a worker takes it off the queue (and claims it) | `Queued`, not in the queue | - |
+//! | `Queued` (claimed) | the worker starts it | `Running` | pending -1, running +1 |
+//! | `Queued` | `cancel`/`abort`, a shutdown policy, `shutdown_now`, its worker gone | `Done(Cancelled)` | pending -1, cancelled +1 |
 //! | `Running` | run ends, one-shot | `Done(Ok)` | running -1, completed +1 |
 //! | `Running` | run ends, periodic, may go on | `Queued` (next deadline) | running -1, completed +1, pending +1 |
 //! | `Running` | run ends, periodic, cancelled or shut down | `Done(Cancelled)` | running -1, completed +1, cancelled +1 |
 //! | `Running` | run (or a periodic job's closure) panics | `Done(Panicked)` | running -1, panicked +1 |
 //! | `Running` | `cancel` on a periodic job | `Running { cancel }` | - |
+//! | `Running` | `shutdown` (periodic, not continued) | `Running { cancel }` | - |
 //! | `Running` | `abort`, `shutdown_now` | `Running { cancel }`, run stopped at its next await | - |
+//! | `Running` | the worker's future is dropped (runtime shut down) | `Done(Cancelled)` | running -1, cancelled +1 |
+//! | `Running` | the worker unwinds (a panicking subscriber) | `Done(Panicked)` | running -1, panicked +1 |
 //! | `Running` (stopped) | run aborted | `Done(Cancelled)` | running -1, cancelled +1 |
 //! | `Done` | the handle collects the result | `Collected` | - |
+//! | any | the handle is dropped | the same; a later `Done` goes straight to `Collected`, its result dropped | - |
 //!
 //! `cancel` on a one-shot `Running` job and any cancel of a finished job
 //! change nothing and return `false`.
 //!
 //! While a job runs, the worker owns its work (the future, or the periodic
-//! closure), so no lock is held while user code runs; user values are dropped
-//! only after every lock is released.
+//! closure), so no lock is held while user code runs. A transition never
+//! drops a user value itself: it returns a [`Cleanup`] that wakes the handle
+//! and then drops them, after every lock is released, with panics contained
+//! (`cleanup.rs`).
 
+use super::cleanup::{Cleanup, Contained, contain};
 use super::error::{JobError, panic_message};
 use super::pool::{Pool, PoolState};
 use super::ticks::Cadence;
@@ -44,17 +52,19 @@ pub(crate) trait Work: Send + Sized + 'static {
     type Output: Send + 'static;
     const PERIODIC: bool;
 
-    /// Starts one run: the future to run, and the work back if there may be
-    /// another run. Runs user code (a periodic job's closure), so it is never
-    /// called under a lock.
-    fn start(self) -> (BoxFuture<'static, Self::Output>, Option<Self>);
+    /// Starts one run: the future to run. Runs user code (a periodic job's
+    /// closure), so it is never called under a lock. Takes `&mut self` so
+    /// that a closure that panics is not dropped while that panic unwinds
+    /// (a panicking `Drop` there would abort): it is dropped afterwards,
+    /// contained.
+    fn start(&mut self) -> BoxFuture<'static, Self::Output>;
 
     /// The deadline of the next run, given when the last one ended.
     fn reschedule(&mut self, ended: Instant) -> Instant;
 }
 
-/// A one-shot job's future.
-pub(crate) struct Once<F>(pub(crate) F);
+/// A one-shot job's future, until its run starts.
+pub(crate) struct Once<F>(pub(crate) Option<F>);
 
 impl<F> Work for Once<F>
 where
@@ -64,8 +74,8 @@ where
     type Output = F::Output;
     const PERIODIC: bool = false;
 
-    fn start(self) -> (BoxFuture<'static, F::Output>, Option<Self>) {
-        (Box::pin(self.0), None)
+    fn start(&mut self) -> BoxFuture<'static, F::Output> {
+        Box::pin(self.0.take().expect("a one-shot job starts once"))
     }
 
     fn reschedule(&mut self, ended: Instant) -> Instant {
@@ -91,10 +101,9 @@ where
     type Output = ();
     const PERIODIC: bool = true;
 
-    fn start(mut self) -> (BoxFuture<'static, ()>, Option<Self>) {
+    fn start(&mut self) -> BoxFuture<'static, ()> {
         self.started = Instant::now();
-        let run = (self.make_run)();
-        (Box::pin(run), Some(self))
+        Box::pin((self.make_run)())
     }
 
     fn reschedule(&mut self, ended: Instant) -> Instant {
@@ -132,39 +141,15 @@ struct JobState<W: Work> {
     waker: Option<Waker>,
     /// Completed runs.
     runs: u64,
+    /// The handle was dropped: a result is dropped (contained) at once
+    /// instead of waiting in `Done` for the last `Arc` to go, which could
+    /// be a worker's, outside any `catch_unwind`.
+    detached: bool,
 }
 
 pub(crate) struct Job<W: Work> {
     id: u64,
     state: Mutex<JobState<W>>,
-}
-
-/// What a transition leaves to do once every lock is released.
-#[must_use]
-pub(crate) struct Cleanup {
-    garbage: Option<Box<dyn Any + Send>>,
-    waker: Option<Waker>,
-    abort: Option<AbortHandle>,
-}
-
-impl Cleanup {
-    pub(crate) const NONE: Cleanup = Cleanup {
-        garbage: None,
-        waker: None,
-        abort: None,
-    };
-
-    /// Fires the abort, wakes the handle, then drops user values: last, so
-    /// that a `Drop` that panics cannot leave the handle unwoken.
-    pub(crate) fn run(self) {
-        if let Some(abort) = self.abort {
-            abort.abort();
-        }
-        if let Some(waker) = self.waker {
-            waker.wake();
-        }
-        drop(self.garbage);
-    }
 }
 
 /// The type-erased view of a job that the pool's queue holds.
@@ -175,11 +160,14 @@ pub(crate) trait Task: Send + Sync + 'static {
     /// cancelled meanwhile), runs it, and ends the run.
     fn run(self: Arc<Self>, pool: Arc<Pool>, worker: usize) -> BoxFuture<'static, ()>;
 
-    /// A shutdown policy removed this job from the queue: cancel it.
-    fn cancel_removed(&self, pool: &mut PoolState) -> Cleanup;
+    /// A shutdown policy removed this job from the queue, or found it taken
+    /// off the queue by a worker that has not started it: cancel it.
+    /// `None` if it was no longer queued (already cancelled or started).
+    fn cancel_queued(&self, pool: &mut PoolState) -> Option<Cleanup>;
 
-    /// `shutdown_now`: stop the run in progress.
-    fn stop_run(&self) -> Cleanup;
+    /// A shutdown: no run after the one in progress; with `abort`
+    /// (`shutdown_now`), stop that run at its next await point too.
+    fn stop_run(&self, abort: bool) -> Cleanup;
 }
 
 /// The typed view of a job that its handle holds.
@@ -192,6 +180,9 @@ pub(crate) trait Control<T>: Send + Sync {
     fn is_cancelled(&self) -> bool;
     fn next_run(&self, pool: &Pool) -> Option<Instant>;
     fn runs(&self) -> u64;
+    /// The handle is dropped: a result already there, or any later one, is
+    /// dropped at once (contained), not kept.
+    fn detach(&self);
 }
 
 /// How a run ended.
@@ -209,6 +200,7 @@ impl<W: Work> Job<W> {
                 phase: Phase::New(work),
                 waker: None,
                 runs: 0,
+                detached: false,
             }),
         }
     }
@@ -234,13 +226,17 @@ impl<W: Work> Job<W> {
     /// that very moment). Returns the work to run and its abort registration.
     fn begin(self: &Arc<Self>, pool: &Pool, worker: usize) -> Option<(W, AbortRegistration)> {
         let mut ps = pool.lock();
+        pool.unclaim(worker);
         let mut st = self.lock();
-        // Not queued: cancelled just as the worker took it off the queue.
+        // Not queued: cancelled (by its handle or a shutdown) just as the
+        // worker took it off the queue.
         let (_, work) = take_queued(&mut st.phase)?;
         ps.stats.pending -= 1;
+        // Shutdowns cancel claimed jobs themselves (see `Pool::shutdown`);
+        // this only guards the rule that nothing starts once stopped.
         if ps.stopped || (ps.shutdown && W::PERIODIC && !pool.config.continue_periodic) {
             ps.stats.cancelled += 1;
-            let cleanup = finish(&mut st, Err(JobError::Cancelled), Some(work));
+            let cleanup = finish(self.id, &mut st, Err(JobError::Cancelled), Some(work));
             drop(st);
             pool.unlock(ps);
             cleanup.run();
@@ -274,21 +270,18 @@ impl<W: Work> Job<W> {
         let cleanup = match outcome {
             Outcome::Aborted => {
                 ps.stats.cancelled += 1;
-                finish(&mut st, Err(JobError::Cancelled), work)
+                finish(self.id, &mut st, Err(JobError::Cancelled), work)
             }
             Outcome::Panicked(payload) => {
                 ps.stats.panicked += 1;
-                finish(&mut st, Err(JobError::Panicked(payload)), work)
+                finish(self.id, &mut st, Err(JobError::Panicked(payload)), work)
             }
             // `abort` won the race against a one-shot run that had already
             // returned: `abort` said it cancelled the job, so it did.
             Outcome::Returned(output) if cancel && !W::PERIODIC => {
                 ps.stats.cancelled += 1;
-                let cleanup = finish(&mut st, Err(JobError::Cancelled), work);
-                Cleanup {
-                    garbage: Some(Box::new(output)),
-                    ..cleanup
-                }
+                finish(self.id, &mut st, Err(JobError::Cancelled), work)
+                    .with_garbage(Box::new(output))
             }
             Outcome::Returned(output) => {
                 st.runs += 1;
@@ -304,9 +297,9 @@ impl<W: Work> Job<W> {
                     }
                     Some(work) => {
                         ps.stats.cancelled += 1;
-                        finish(&mut st, Err(JobError::Cancelled), Some(work))
+                        finish(self.id, &mut st, Err(JobError::Cancelled), Some(work))
                     }
-                    None => finish(&mut st, Ok(output), None),
+                    None => finish(self.id, &mut st, Ok(output), None),
                 }
             }
         };
@@ -320,42 +313,89 @@ impl<W: Work> Job<W> {
         let Some((work, registration)) = self.begin(&pool, worker) else {
             return;
         };
+        // From here the job is `Running`: if this future is dropped (the
+        // runtime shuts down) or the worker unwinds before `end`, the guard
+        // ends the job so that its handle still resolves.
+        let mut guard = RunGuard {
+            job: &self,
+            pool: &pool,
+            worker,
+            armed: true,
+        };
         // A periodic job's closure is user code too: a panic there ends the
-        // job like a panic in its future.
-        let (outcome, work) = match catch_unwind(AssertUnwindSafe(|| work.start())) {
-            Err(payload) => (Outcome::Panicked(payload), None),
-            Ok((run, work)) => {
-                let mut run = Abortable::new(AssertUnwindSafe(run).catch_unwind(), registration);
-                let result = (&mut run).await;
-                // Dropping the future runs user code too (its `Drop`).
-                self.contain(catch_unwind(AssertUnwindSafe(move || drop(run))));
+        // job like a panic in its future. The work is held contained across
+        // the await: if this future is dropped there, its `Drop` is too.
+        let mut work = Contained::new(self.id, work);
+        let outcome = match catch_unwind(AssertUnwindSafe(|| work.get_mut().start())) {
+            Err(payload) => Outcome::Panicked(payload),
+            Ok(run) => {
+                let run = Abortable::new(AssertUnwindSafe(run).catch_unwind(), registration);
+                let mut run = Contained::new(self.id, run);
+                let result = run.get_mut().await;
+                drop(run);
                 match result {
-                    Ok(Ok(output)) => (Outcome::Returned(output), work),
-                    Ok(Err(payload)) => (Outcome::Panicked(payload), work),
-                    Err(_aborted) => (Outcome::Aborted, work),
+                    Ok(Ok(output)) => Outcome::Returned(output),
+                    Ok(Err(payload)) => Outcome::Panicked(payload),
+                    Err(_aborted) => Outcome::Aborted,
                 }
             }
         };
+        // A one-shot job's work is spent; only periodic work may run again.
+        let work = W::PERIODIC.then(|| work.into_inner());
         if let Outcome::Panicked(payload) = &outcome {
             // Before `end` takes the locks: a subscriber is user code too.
+            // One that panics here takes the worker down; the guard ends the
+            // job and the pool replaces the worker.
             report_panic(self.id, W::PERIODIC, payload.as_ref());
         }
-        // `end` drops the closure or output of a finished job: user code.
-        self.contain(catch_unwind(AssertUnwindSafe(|| {
-            self.end(&pool, worker, work, outcome);
-        })));
+        guard.armed = false;
+        // `end` drops no user value itself: it hands them to a cleanup,
+        // which contains their panics.
+        self.end(&pool, worker, work, outcome);
     }
 
-    /// Keeps a panic from a user value's `Drop` from taking the worker down.
-    /// The job's transition is complete by then; the panic is reported.
-    fn contain(&self, dropped: std::thread::Result<()>) {
-        if let Err(payload) = dropped {
-            let message = panic_message(payload.as_ref()).unwrap_or("(non-string payload)");
-            tracing::error!(
-                job = self.id,
-                panic = message,
-                "dropping a job's value panicked"
-            );
+    /// Ends a `Running` job whose run will never come back: its worker's
+    /// future was dropped (the runtime shut down), or the worker is
+    /// unwinding.
+    fn abandon(&self, pool: &Pool, worker: usize) {
+        // Unwinding out of its own worker's poll, or dropped because the
+        // runtime goes away (maybe while the thread unwinds for a reason
+        // of its own): only the first is this job's panic.
+        let panicking = std::thread::panicking() && super::pool::in_worker_poll();
+        let mut ps = pool.lock();
+        let mut st = self.lock();
+        if !matches!(st.phase, Phase::Running { .. }) {
+            return;
+        }
+        ps.stats.running -= 1;
+        ps.running[worker] = None;
+        let result = if panicking {
+            ps.stats.panicked += 1;
+            let why = "the worker running this job panicked";
+            Err(JobError::Panicked(Box::new(why)))
+        } else {
+            ps.stats.cancelled += 1;
+            Err(JobError::Cancelled)
+        };
+        let cleanup = finish(self.id, &mut st, result, None);
+        drop(st);
+        pool.unlock(ps);
+        cleanup.run();
+    }
+}
+
+/// Ends a `Running` job if its run is dropped before it ended normally.
+struct RunGuard<'a, W: Work> {
+    job: &'a Job<W>,
+    pool: &'a Pool,
+    worker: usize,
+    armed: bool,
+}
+
+impl<W: Work> Drop for RunGuard<'_, W> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.job.abandon(self.pool, self.worker);
         }
     }
 }
@@ -371,17 +411,36 @@ fn take_queued<W: Work>(phase: &mut Phase<W>) -> Option<(Key, W)> {
     }
 }
 
-/// Moves the job to `Done(result)`; the work (if any) is dropped later.
+/// Moves the job to `Done(result)`. The work (if any) is dropped by the
+/// returned cleanup, and so is the result if nobody will collect it.
 fn finish<W: Work>(
+    id: u64,
     st: &mut JobState<W>,
     result: Result<W::Output, JobError>,
     work: Option<W>,
 ) -> Cleanup {
-    st.phase = Phase::Done(result);
-    Cleanup {
-        garbage: work.map(|w| Box::new(w) as Box<dyn Any + Send>),
+    let mut cleanup = Cleanup {
+        job: id,
         waker: st.waker.take(),
-        abort: None,
+        ..Cleanup::NONE
+    };
+    if let Some(work) = work {
+        cleanup = cleanup.with_garbage(Box::new(work));
+    }
+    if st.detached {
+        st.phase = Phase::Collected(end_of(&result));
+        cleanup.with_garbage(Box::new(result))
+    } else {
+        st.phase = Phase::Done(result);
+        cleanup
+    }
+}
+
+fn end_of<T>(result: &Result<T, JobError>) -> End {
+    match result {
+        Ok(_) => End::Completed,
+        Err(JobError::Cancelled) => End::Cancelled,
+        Err(JobError::Panicked(_)) => End::Panicked,
     }
 }
 
@@ -408,25 +467,27 @@ impl<W: Work> Task for Job<W> {
         Box::pin(self.run_once(pool, worker))
     }
 
-    fn cancel_removed(&self, ps: &mut PoolState) -> Cleanup {
+    fn cancel_queued(&self, ps: &mut PoolState) -> Option<Cleanup> {
         let mut st = self.lock();
-        match take_queued(&mut st.phase) {
-            Some((_, work)) => {
-                ps.stats.pending -= 1;
-                ps.stats.cancelled += 1;
-                finish(&mut st, Err(JobError::Cancelled), Some(work))
-            }
-            None => Cleanup::NONE,
-        }
+        let (_, work) = take_queued(&mut st.phase)?;
+        ps.stats.pending -= 1;
+        ps.stats.cancelled += 1;
+        Some(finish(
+            self.id,
+            &mut st,
+            Err(JobError::Cancelled),
+            Some(work),
+        ))
     }
 
-    fn stop_run(&self) -> Cleanup {
+    fn stop_run(&self, abort: bool) -> Cleanup {
         let mut st = self.lock();
         match &mut st.phase {
-            Phase::Running { cancel, abort } => {
+            Phase::Running { cancel, abort: run } => {
                 *cancel = true;
                 Cleanup {
-                    abort: Some(abort.clone()),
+                    job: self.id,
+                    abort: abort.then(|| run.clone()),
                     ..Cleanup::NONE
                 }
             }
@@ -450,7 +511,8 @@ impl<W: Work> Control<W::Output> for Job<W> {
             removed = pool.queue.remove(key);
             ps.stats.pending -= 1;
             ps.stats.cancelled += 1;
-            (true, finish(&mut st, Err(JobError::Cancelled), Some(work)))
+            let cleanup = finish(self.id, &mut st, Err(JobError::Cancelled), Some(work));
+            (true, cleanup)
         } else {
             match &mut st.phase {
                 // A one-shot run in progress can only be aborted; a periodic
@@ -459,6 +521,7 @@ impl<W: Work> Control<W::Output> for Job<W> {
                     let first = !*cancel;
                     *cancel = true;
                     let cleanup = Cleanup {
+                        job: self.id,
                         abort: abort.then(|| run.clone()),
                         ..Cleanup::NONE
                     };
@@ -469,8 +532,10 @@ impl<W: Work> Control<W::Output> for Job<W> {
         };
         drop(st);
         pool.unlock(ps);
-        drop(removed);
         cleanup.run();
+        // The queue's reference to this job: never the last one (the handle
+        // calling this holds another), so no user value is dropped here.
+        drop(removed);
         cancelled
     }
 
@@ -478,11 +543,7 @@ impl<W: Work> Control<W::Output> for Job<W> {
         let mut st = self.lock();
         match std::mem::replace(&mut st.phase, Phase::Moving) {
             Phase::Done(result) => {
-                st.phase = Phase::Collected(match &result {
-                    Ok(_) => End::Completed,
-                    Err(JobError::Cancelled) => End::Cancelled,
-                    Err(JobError::Panicked(_)) => End::Panicked,
-                });
+                st.phase = Phase::Collected(end_of(&result));
                 Poll::Ready(result)
             }
             Phase::Collected(_) => panic!("`JobHandle` polled after it returned its result"),
@@ -524,5 +585,26 @@ impl<W: Work> Control<W::Output> for Job<W> {
 
     fn runs(&self) -> u64 {
         self.lock().runs
+    }
+
+    fn detach(&self) {
+        let mut st = self.lock();
+        st.detached = true;
+        let waker = st.waker.take();
+        let result = match std::mem::replace(&mut st.phase, Phase::Moving) {
+            Phase::Done(result) => {
+                st.phase = Phase::Collected(end_of(&result));
+                Some(result)
+            }
+            other => {
+                st.phase = other;
+                None
+            }
+        };
+        drop(st);
+        contain(self.id, "dropping a job's result", move || {
+            drop(waker);
+            drop(result);
+        });
     }
 }

@@ -1,5 +1,6 @@
 //! The scheduled executor: worker tasks taking jobs from a `DelayQueue`.
 
+mod cleanup;
 #[cfg(feature = "cron")]
 mod cron;
 mod error;
@@ -401,7 +402,7 @@ impl Scheduler {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.submit(Once(job), deadline, None)
+        self.submit(Once(Some(job)), deadline, None)
     }
 
     /// Runs `job()` periodically at a fixed rate: run k starts at
@@ -690,7 +691,8 @@ impl Scheduler {
         invalid: Option<ScheduleError>,
     ) -> Result<JobHandle<W::Output>, ScheduleError> {
         let pool = &self.owner.pool;
-        let job = Arc::new(Job::new(pool.next_id(), work));
+        let id = pool.next_id();
+        let job = Arc::new(Job::new(id, work));
         let mut ps = pool.lock();
         let full = pool
             .config
@@ -707,8 +709,9 @@ impl Scheduler {
         };
         if let Some(error) = refused {
             drop(ps);
-            // The user's future or closure is dropped here, unlocked.
-            drop(job);
+            // The user's future or closure is dropped here, unlocked, and a
+            // panic in its `Drop` does not reach the caller.
+            cleanup::contain(id, "dropping a refused job", move || drop(job));
             return Err(error);
         }
         job.enqueue(pool, &mut ps, deadline);

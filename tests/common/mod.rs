@@ -1,4 +1,8 @@
 //! Helpers shared by the integration tests.
+//!
+//! Each test binary uses only some of them.
+
+#![allow(dead_code)]
 
 /// xorshift64*: deterministic per seed, no dependency.
 pub struct Rng(pub u64);
@@ -14,5 +18,17 @@ impl Rng {
     /// Uniform enough in `0..n` for test inputs.
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
+    }
+}
+
+/// A value whose `Drop` panics (unless the thread is already unwinding,
+/// which would abort): a hostile user value for containment tests.
+pub struct Bomb;
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("bomb went off");
+        }
     }
 }
