@@ -175,6 +175,16 @@ async fn february_29th() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_ninety_second_run_every_minute_skips_one_instant() {
+    // As documented on `schedule_cron`: the run at :00 ends at +90 s, the
+    // instant at +60 s is skipped and the one at +120 s is taken.
+    let scheduler = Scheduler::new(1);
+    let cron = schedule(&scheduler, "* * * * *", S * 90, |t| next_multiple(t, 60));
+    sleep_until(cron.first + S * 200).await;
+    assert_eq!(offsets(&cron), [Duration::ZERO, S * 120]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_run_that_overruns_the_next_instant_skips_it() {
     let scheduler = Scheduler::new(4);
     // Every second, each run takes 2.5 s: the two instants it covers are

@@ -594,9 +594,10 @@ impl Scheduler {
     ///
     ///   ```text
     ///   every minute, the run at 03:00 takes 90 s:
-    ///   instants:  03:00   03:01   03:02   03:03
-    ///   runs:      [03:00-----03:01:30]    [03:03]
-    ///                             03:01 and 03:02 skipped
+    ///   instants:  03:00     03:01     03:02     03:03
+    ///   runs:      [03:00--------03:01:30]
+    ///                                    [03:02]   [03:03]
+    ///              03:01 skipped; 03:02 is the first instant after 03:01:30
     ///   ```
     ///
     /// - a system clock that jumps ahead is followed; one that jumps back
