@@ -100,9 +100,10 @@ fn next_multiple(t: DateTime<Utc>, unit: i64) -> DateTime<Utc> {
 #[tokio::test(start_paused = true)]
 async fn every_minute() {
     let scheduler = Scheduler::new(1);
-    let cron = schedule(&scheduler, "* * * * *", Duration::ZERO, |t| {
-        next_multiple(t, 60)
-    });
+    // Runs of 1 s: the Tokio term of the reading then always exceeds the
+    // (real, slowly moving) system clock, even if the first instant fell
+    // within microseconds of scheduling.
+    let cron = schedule(&scheduler, "* * * * *", S, |t| next_multiple(t, 60));
     assert_eq!(cron.first_wall.second(), 0);
     sleep_until(cron.first + S * 150).await;
     assert_eq!(offsets(&cron), [Duration::ZERO, S * 60, S * 120]);
