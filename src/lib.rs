@@ -12,6 +12,12 @@
 //!   with [`JobHandle`]s that cancel by key, isolated panics, and JDK-style
 //!   shutdown policies.
 //!
+//! Both take a bound for back-pressure ([`DelayQueue::bounded`],
+//! [`Builder::max_pending`]); fixed-rate jobs choose what happens after
+//! missed runs ([`MissedTicks`]); and with the cargo feature `cron`,
+//! `Scheduler::schedule_cron` runs jobs at the instants of a cron
+//! expression.
+//!
 //! All times are [`tokio::time::Instant`] and [`std::time::Duration`], so
 //! tests can drive everything with paused time.
 //!
@@ -52,8 +58,8 @@
 mod queue;
 mod scheduler;
 
-pub use queue::{DelayQueue, Key, StreamNext, TakeStream};
-pub use scheduler::{Builder, JobError, JobHandle, ScheduleError, Scheduler, Stats};
+pub use queue::{DelayQueue, Full, Key, StreamNext, TakeStream};
+pub use scheduler::{Builder, JobError, JobHandle, MissedTicks, ScheduleError, Scheduler, Stats};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

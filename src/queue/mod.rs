@@ -1,5 +1,6 @@
 //! The async, multi-consumer delay queue.
 
+mod full;
 mod heap;
 #[cfg(test)]
 mod model_check;
@@ -7,6 +8,7 @@ mod state;
 mod stream;
 mod wait;
 
+pub use full::Full;
 pub use stream::{StreamNext, TakeStream};
 
 use heap::SlotKey;
@@ -59,6 +61,8 @@ use tokio::time::Instant;
 /// ```
 pub struct DelayQueue<T> {
     shared: Arc<Shared<T>>,
+    /// The most entries it may hold (`bounded`), shared by every clone.
+    bound: Option<usize>,
 }
 
 /// Identifies one insertion into one [`DelayQueue`].
@@ -143,6 +147,50 @@ impl<T> DelayQueue<T> {
     pub fn with_capacity(capacity: usize) -> Self {
         DelayQueue {
             shared: Arc::new(Shared::new(capacity)),
+            bound: None,
+        }
+    }
+
+    /// Creates an empty queue that holds at most `max_pending` entries, due
+    /// or not (Netty's `maxPendingTimeouts`): back-pressure for producers
+    /// fed from the network.
+    ///
+    /// At the bound, [`try_insert`](DelayQueue::try_insert) and
+    /// [`try_insert_at`](DelayQueue::try_insert_at) give the value back in
+    /// [`Full`] and change nothing, while [`insert`](DelayQueue::insert) and
+    /// [`insert_at`](DelayQueue::insert_at) panic. Taking, removing or
+    /// clearing entries frees their places at once.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `max_pending` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::{DelayQueue, Full};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let timeouts = DelayQueue::bounded(2);
+    /// timeouts.try_insert("a", Duration::from_secs(1)).unwrap();
+    /// timeouts.try_insert("b", Duration::from_secs(2)).unwrap();
+    /// assert_eq!(timeouts.try_insert("c", Duration::from_secs(3)), Err(Full("c")));
+    ///
+    /// assert_eq!(timeouts.take().await, "a"); // frees a place
+    /// assert!(timeouts.try_insert("c", Duration::from_secs(3)).is_ok());
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn bounded(max_pending: usize) -> Self {
+        assert!(
+            max_pending > 0,
+            "the bound `max_pending` must be at least 1, got 0"
+        );
+        DelayQueue {
+            bound: Some(max_pending),
+            ..Self::new()
         }
     }
 
@@ -151,8 +199,13 @@ impl<T> DelayQueue<T> {
     /// large to add to now (up to [`Duration::MAX`]) never panics: the entry is
     /// placed about 30 years ahead, which in practice means never due.
     ///
-    /// Never blocks and never fails. If the new entry becomes the earliest,
-    /// a waiting consumer is woken to time it.
+    /// Never blocks. If the new entry becomes the earliest, a waiting
+    /// consumer is woken to time it.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the queue is [bounded](DelayQueue::bounded) and full; use
+    /// [`try_insert`](DelayQueue::try_insert) on a bounded queue.
     ///
     /// # Examples
     ///
@@ -168,6 +221,7 @@ impl<T> DelayQueue<T> {
     /// assert_eq!(queue.take().await, "retry");
     /// # }
     /// ```
+    #[track_caller]
     pub fn insert(&self, value: T, delay: Duration) -> Key {
         self.insert_at(value, deadline_after(Instant::now(), delay))
     }
@@ -179,7 +233,12 @@ impl<T> DelayQueue<T> {
     /// creation (or last [`clear`](DelayQueue::clear)); a deadline further
     /// away is clamped to that horizon rather than rejected.
     ///
-    /// Never blocks and never fails.
+    /// Never blocks.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the queue is [bounded](DelayQueue::bounded) and full; use
+    /// [`try_insert_at`](DelayQueue::try_insert_at) on a bounded queue.
     ///
     /// # Examples
     ///
@@ -196,8 +255,74 @@ impl<T> DelayQueue<T> {
     /// assert_eq!(queue.deadline(key), Some(deadline));
     /// # }
     /// ```
+    #[track_caller]
     pub fn insert_at(&self, value: T, deadline: Instant) -> Key {
+        match self.try_insert_at(value, deadline) {
+            Ok(key) => key,
+            Err(_) => panic!(
+                "`insert` on a DelayQueue bounded to {} entries that is full: \
+                 use `try_insert` to get the value back instead",
+                self.bound.unwrap_or(usize::MAX)
+            ),
+        }
+    }
+
+    /// Inserts `value`, due `delay` from now, unless the queue is
+    /// [bounded](DelayQueue::bounded) and full. Same as
+    /// [`insert`](DelayQueue::insert) otherwise (a huge `delay` saturates).
+    ///
+    /// On an unbounded queue this never fails.
+    ///
+    /// # Errors
+    ///
+    /// [`Full`] with `value` if the queue holds its bound of entries; the
+    /// queue is unchanged.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::{DelayQueue, Full};
+    /// use std::time::Duration;
+    ///
+    /// let queue = DelayQueue::bounded(1);
+    /// let key = queue.try_insert("ping", Duration::from_secs(5)).unwrap();
+    /// assert_eq!(queue.try_insert("pong", Duration::from_secs(5)), Err(Full("pong")));
+    /// queue.remove(key);
+    /// assert!(queue.try_insert("pong", Duration::from_secs(5)).is_ok());
+    /// ```
+    pub fn try_insert(&self, value: T, delay: Duration) -> Result<Key, Full<T>> {
+        self.try_insert_at(value, deadline_after(Instant::now(), delay))
+    }
+
+    /// Inserts `value`, due at `deadline`, unless the queue is
+    /// [bounded](DelayQueue::bounded) and full. Same as
+    /// [`insert_at`](DelayQueue::insert_at) otherwise.
+    ///
+    /// # Errors
+    ///
+    /// [`Full`] with `value` if the queue holds its bound of entries; the
+    /// queue is unchanged.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::DelayQueue;
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    ///
+    /// let queue = DelayQueue::bounded(1);
+    /// let at = Instant::now() + Duration::from_secs(1);
+    /// assert!(queue.try_insert_at(1, at).is_ok());
+    /// assert_eq!(queue.try_insert_at(2, at).unwrap_err().0, 2);
+    /// assert_eq!(queue.len(), 1);
+    /// ```
+    pub fn try_insert_at(&self, value: T, deadline: Instant) -> Result<Key, Full<T>> {
         let mut state = self.shared.lock();
+        // Checked under the lock, so concurrent producers cannot overshoot.
+        if self.bound.is_some_and(|max| state.heap.len() >= max) {
+            drop(state);
+            return Err(Full(value));
+        }
         let before = state.heap.head();
         let slot = state.heap.insert(value, deadline);
         let key = Key {
@@ -207,7 +332,7 @@ impl<T> DelayQueue<T> {
         };
         let wake = state.head_changed(before);
         self.shared.unlock_and_wake(state, wake);
-        key
+        Ok(key)
     }
 
     /// Removes and returns the earliest entry if it is due, without waiting
@@ -617,6 +742,7 @@ impl<T> Clone for DelayQueue<T> {
     fn clone(&self) -> Self {
         DelayQueue {
             shared: Arc::clone(&self.shared),
+            bound: self.bound,
         }
     }
 }
@@ -632,6 +758,7 @@ impl<T> fmt::Debug for DelayQueue<T> {
         let state = self.shared.lock();
         f.debug_struct("DelayQueue")
             .field("len", &state.heap.len())
+            .field("bound", &self.bound)
             .field("next_deadline", &state.heap.peek_deadline())
             .field("waiting", &state.parked)
             .finish()

@@ -5,6 +5,9 @@ use std::fmt;
 
 /// Why a job could not be scheduled.
 ///
+/// When several reasons apply, [`Shutdown`](ScheduleError::Shutdown) wins,
+/// then a bad argument (`ZeroPeriod`, `InvalidCron`), then `Full`.
+///
 /// # Examples
 ///
 /// ```
@@ -22,20 +25,31 @@ use std::fmt;
 /// assert_eq!(late.unwrap_err(), ScheduleError::Shutdown);
 /// # }
 /// ```
-#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+#[derive(Debug, PartialEq, Eq, Clone)]
 pub enum ScheduleError {
     /// The scheduler was shut down; it accepts no new jobs.
     Shutdown,
     /// A periodic job was given a zero period or delay.
     ZeroPeriod,
+    /// The scheduler already has [`max_pending`](crate::Builder::max_pending)
+    /// jobs pending.
+    Full,
+    /// `Scheduler::schedule_cron` (cargo feature `cron`) was given an
+    /// expression it cannot parse, or one that names no instant from now
+    /// on; the string says why.
+    InvalidCron(String),
 }
 
 impl fmt::Display for ScheduleError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ScheduleError::Shutdown => "scheduler is shut down",
-            ScheduleError::ZeroPeriod => "period of a periodic job must be greater than zero",
-        })
+        match self {
+            ScheduleError::Shutdown => f.write_str("scheduler is shut down"),
+            ScheduleError::ZeroPeriod => {
+                f.write_str("period of a periodic job must be greater than zero")
+            }
+            ScheduleError::Full => f.write_str("scheduler has its maximum of pending jobs"),
+            ScheduleError::InvalidCron(why) => write!(f, "invalid cron expression: {why}"),
+        }
     }
 }
 

@@ -36,7 +36,8 @@
 use super::cleanup::{Cleanup, Contained, contain};
 use super::error::{JobError, panic_message};
 use super::pool::{Pool, PoolState};
-use crate::queue::{Key, deadline_after};
+use super::ticks::Cadence;
+use crate::queue::Key;
 use futures::FutureExt;
 use futures::future::{AbortHandle, AbortRegistration, Abortable, BoxFuture};
 use std::any::Any;
@@ -44,7 +45,6 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 use tokio::time::Instant;
 
 /// What a job runs: a one-shot future or a periodic closure.
@@ -86,12 +86,11 @@ where
 /// A periodic job's closure and schedule.
 pub(crate) struct Periodic<G> {
     pub(crate) make_run: G,
-    pub(crate) period: Duration,
-    /// Fixed rate counts from the last run's deadline, fixed delay from the
-    /// end of the last run.
-    pub(crate) fixed_rate: bool,
+    pub(crate) cadence: Cadence,
     /// The deadline of the run that is queued or running.
     pub(crate) deadline: Instant,
+    /// When the last run started.
+    pub(crate) started: Instant,
 }
 
 impl<G, Fut> Work for Periodic<G>
@@ -103,16 +102,12 @@ where
     const PERIODIC: bool = true;
 
     fn start(&mut self) -> BoxFuture<'static, ()> {
+        self.started = Instant::now();
         Box::pin((self.make_run)())
     }
 
     fn reschedule(&mut self, ended: Instant) -> Instant {
-        let from = if self.fixed_rate {
-            self.deadline
-        } else {
-            ended
-        };
-        self.deadline = deadline_after(from, self.period);
+        self.deadline = self.cadence.next_run(self.deadline, self.started, ended);
         self.deadline
     }
 }

@@ -1,15 +1,19 @@
 //! The scheduled executor: worker tasks taking jobs from a `DelayQueue`.
 
 mod cleanup;
+#[cfg(feature = "cron")]
+mod cron;
 mod error;
 mod handle;
 mod job;
 mod pool;
 mod stats;
+mod ticks;
 
 pub use error::{JobError, ScheduleError};
 pub use handle::JobHandle;
 pub use stats::Stats;
+pub use ticks::MissedTicks;
 
 use crate::queue::deadline_after;
 use job::{Job, Once, Periodic, Work};
@@ -18,6 +22,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use ticks::Cadence;
 use tokio::time::Instant;
 
 /// A pool of worker tasks that run one-shot and periodic jobs at their
@@ -196,6 +201,50 @@ impl Builder {
         self
     }
 
+    /// The most jobs that may be pending at once (Netty's
+    /// `maxPendingTimeouts`): a `schedule*` call that would make more than
+    /// `n` jobs pending returns [`ScheduleError::Full`] and drops its job.
+    /// Pending counts as [`Stats::pending`] does: a job waiting for its
+    /// deadline, a periodic job between runs (once). A job that has started
+    /// no longer counts, so its place is free while it runs. Default:
+    /// unbounded.
+    ///
+    /// The bound applies to `schedule*` calls only: a periodic job whose run
+    /// ends is queued again even if new jobs took every place meanwhile, so
+    /// `pending` can exceed `n` by the number of periodic jobs running.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `n` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::{ScheduleError, Scheduler};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let scheduler = Scheduler::builder().max_pending(2).build();
+    /// let first = scheduler.schedule(Duration::from_secs(60), async {}).unwrap();
+    /// scheduler.schedule(Duration::from_secs(60), async {}).unwrap();
+    /// let refused = scheduler.schedule(Duration::from_secs(60), async {});
+    /// assert_eq!(refused.unwrap_err(), ScheduleError::Full);
+    ///
+    /// first.cancel(); // frees its place at once
+    /// assert!(scheduler.schedule(Duration::from_secs(60), async {}).is_ok());
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn max_pending(mut self, n: usize) -> Self {
+        assert!(
+            n > 0,
+            "the bound `n` on pending jobs must be at least 1, got 0"
+        );
+        self.config.max_pending = Some(n);
+        self
+    }
+
     /// Spawns the workers on the current Tokio runtime and returns the
     /// scheduler.
     ///
@@ -257,7 +306,8 @@ impl Scheduler {
     }
 
     /// A [`Builder`] with the defaults: available parallelism workers,
-    /// delayed jobs run after shutdown, periodic jobs don't.
+    /// delayed jobs run after shutdown, periodic jobs don't, no bound on
+    /// pending jobs.
     ///
     /// # Examples
     ///
@@ -276,6 +326,7 @@ impl Scheduler {
             config: Config {
                 run_delayed: true,
                 continue_periodic: false,
+                max_pending: None,
             },
         }
     }
@@ -286,8 +337,10 @@ impl Scheduler {
     ///
     /// # Errors
     ///
-    /// [`ScheduleError::Shutdown`] after [`shutdown`](Scheduler::shutdown);
-    /// `job` is dropped.
+    /// [`ScheduleError::Shutdown`] after [`shutdown`](Scheduler::shutdown)
+    /// (this error wins), [`ScheduleError::Full`] if
+    /// [`max_pending`](Builder::max_pending) jobs are pending; `job` is
+    /// dropped.
     ///
     /// # Examples
     ///
@@ -319,8 +372,10 @@ impl Scheduler {
     ///
     /// # Errors
     ///
-    /// [`ScheduleError::Shutdown`] after [`shutdown`](Scheduler::shutdown);
-    /// `job` is dropped.
+    /// [`ScheduleError::Shutdown`] after [`shutdown`](Scheduler::shutdown)
+    /// (this error wins), [`ScheduleError::Full`] if
+    /// [`max_pending`](Builder::max_pending) jobs are pending; `job` is
+    /// dropped.
     ///
     /// # Examples
     ///
@@ -347,7 +402,7 @@ impl Scheduler {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.submit(Once(Some(job)), deadline, false)
+        self.submit(Once(Some(job)), deadline, None)
     }
 
     /// Runs `job()` periodically at a fixed rate: run k starts at
@@ -355,7 +410,9 @@ impl Scheduler {
     ///
     /// A run that overruns its period delays the next one (runs of one job
     /// never overlap); late runs then follow back to back until the schedule
-    /// is caught up:
+    /// is caught up ([`MissedTicks::Burst`]; see
+    /// [`schedule_at_fixed_rate_with`](Scheduler::schedule_at_fixed_rate_with)
+    /// for the other policies):
     ///
     /// ```text
     /// period 10, run 1 takes 25:
@@ -370,7 +427,9 @@ impl Scheduler {
     /// # Errors
     ///
     /// [`ScheduleError::Shutdown`] after [`shutdown`](Scheduler::shutdown)
-    /// (this error wins), [`ScheduleError::ZeroPeriod`] if `period` is zero.
+    /// (this error wins), [`ScheduleError::ZeroPeriod`] if `period` is zero,
+    /// [`ScheduleError::Full`] if [`max_pending`](Builder::max_pending) jobs
+    /// are pending.
     ///
     /// # Examples
     ///
@@ -401,7 +460,69 @@ impl Scheduler {
         F: FnMut() -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.submit_periodic(initial_delay, period, true, job)
+        self.schedule_at_fixed_rate_with(initial_delay, period, MissedTicks::Burst, job)
+    }
+
+    /// Runs `job()` periodically at a fixed rate, like
+    /// [`schedule_at_fixed_rate`](Scheduler::schedule_at_fixed_rate), with
+    /// `missed` saying what happens after runs were missed (a run that
+    /// overran its period, a stalled worker): run them back to back
+    /// ([`Burst`](MissedTicks::Burst)), run once at once and restart the
+    /// schedule from there ([`Delay`](MissedTicks::Delay)), or drop them
+    /// ([`Skip`](MissedTicks::Skip)). Runs never overlap.
+    ///
+    /// ```text
+    /// period 10, the run due at 0 takes 25, later runs take 2:
+    /// Burst:  [0-----------25][25-27][27-29][30-32][40-42]
+    /// Delay:  [0-----------25][25-27]   [35-37]   [45-47]
+    /// Skip:   [0-----------25]     [30-32][40-42][50-52]
+    /// ```
+    ///
+    /// [`MissedTicks`] has the full timelines, stalled worker included.
+    ///
+    /// # Errors
+    ///
+    /// [`ScheduleError::Shutdown`] after [`shutdown`](Scheduler::shutdown)
+    /// (this error wins), [`ScheduleError::ZeroPeriod`] if `period` is zero,
+    /// [`ScheduleError::Full`] if [`max_pending`](Builder::max_pending) jobs
+    /// are pending.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::{MissedTicks, Scheduler};
+    /// use std::time::Duration;
+    /// use tokio::time::sleep;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), punctual::ScheduleError> {
+    /// let scheduler = Scheduler::new(1);
+    /// // A poll that sometimes hangs for minutes: never poll twice in a row.
+    /// let poll = scheduler.schedule_at_fixed_rate_with(
+    ///     Duration::ZERO,
+    ///     Duration::from_secs(10),
+    ///     MissedTicks::Delay,
+    ///     || async { sleep(Duration::from_secs(25)).await },
+    /// )?;
+    /// sleep(Duration::from_secs(30)).await;
+    /// // The first run ended at 25 s; the second started then, not at 10 s.
+    /// assert_eq!(poll.runs(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn schedule_at_fixed_rate_with<F, Fut>(
+        &self,
+        initial_delay: Duration,
+        period: Duration,
+        missed: MissedTicks,
+        job: F,
+    ) -> Result<JobHandle<()>, ScheduleError>
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let cadence = Cadence::FixedRate { period, missed };
+        self.submit_periodic(initial_delay, cadence, zero_period(period), job)
     }
 
     /// Runs `job()` periodically, each run starting `delay` after the
@@ -417,7 +538,9 @@ impl Scheduler {
     /// # Errors
     ///
     /// [`ScheduleError::Shutdown`] after [`shutdown`](Scheduler::shutdown)
-    /// (this error wins), [`ScheduleError::ZeroPeriod`] if `delay` is zero.
+    /// (this error wins), [`ScheduleError::ZeroPeriod`] if `delay` is zero,
+    /// [`ScheduleError::Full`] if [`max_pending`](Builder::max_pending) jobs
+    /// are pending.
     ///
     /// # Examples
     ///
@@ -448,44 +571,140 @@ impl Scheduler {
         F: FnMut() -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.submit_periodic(initial_delay, delay, false, job)
+        let cadence = Cadence::FixedDelay { delay };
+        self.submit_periodic(initial_delay, cadence, zero_period(delay), job)
+    }
+
+    /// Runs `job()` at every instant the cron expression `expr` names, in
+    /// UTC. Available with the cargo feature `cron`.
+    ///
+    /// `expr` has 5 fields (minute, hour, day of month, month, day of week),
+    /// or 6 with seconds first, or is a nickname: `@yearly`, `@annually`,
+    /// `@monthly`, `@weekly`, `@daily`, `@hourly`. Fields take `*`, numbers,
+    /// ranges `a-b`, lists `a,b`, steps `*/n`, month and day names, `L` (last
+    /// day of the month, or last given weekday: `5L`), `W` and `#`. Day of
+    /// month and day of week match when either does, as in Vixie cron.
+    ///
+    /// The job reads the wall clock as `max(system clock, previous instant +
+    /// Tokio time elapsed since that instant was due)`; when scheduled and
+    /// after each run, its next instant is the first one strictly after that
+    /// reading, and it waits the difference on the Tokio clock. So:
+    ///
+    /// - a run that overruns the next instant skips it (no burst):
+    ///
+    ///   ```text
+    ///   every minute, the run at 03:00 takes 90 s:
+    ///   instants:  03:00     03:01     03:02     03:03
+    ///   runs:      [03:00--------03:01:30]
+    ///                                    [03:02]   [03:03]
+    ///              03:01 skipped; 03:02 is the first instant after 03:01:30
+    ///   ```
+    ///
+    /// - a system clock that jumps ahead is followed; one that jumps back
+    ///   (an NTP step) never repeats a run;
+    /// - paused-time tests drive cron jobs: under paused time the system
+    ///   clock stands still and the Tokio term of the reading moves.
+    ///
+    /// Cancel, abort, panics, [`Stats`] and shutdown treat a cron job as a
+    /// periodic job: its handle resolves once it is cancelled or panics,
+    /// and [`next_run`](JobHandle::next_run) is the Tokio instant of its
+    /// next run.
+    ///
+    /// # Errors
+    ///
+    /// [`ScheduleError::Shutdown`] after [`shutdown`](Scheduler::shutdown)
+    /// (this error wins), [`ScheduleError::InvalidCron`] if `expr` does not
+    /// parse or names no instant from now on (the string says why, naming
+    /// the field at fault), [`ScheduleError::Full`] if
+    /// [`max_pending`](Builder::max_pending) jobs are pending.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::{ScheduleError, Scheduler};
+    /// use std::time::Duration;
+    /// use tokio::time::{Instant, sleep_until};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), ScheduleError> {
+    /// let scheduler = Scheduler::new(1);
+    /// let nightly = scheduler.schedule_cron("0 3 * * *", || async { /* compact the db */ })?;
+    /// let first = nightly.next_run().unwrap();
+    /// assert!(first <= Instant::now() + Duration::from_secs(86_400));
+    ///
+    /// let probe = scheduler.schedule_cron("*/15 * * * * *", || async {})?;
+    /// let first = probe.next_run().unwrap();
+    /// sleep_until(first + Duration::from_secs(46)).await;
+    /// assert_eq!(probe.runs(), 4); // at first, +15 s, +30 s, +45 s
+    ///
+    /// let typo = scheduler.schedule_cron("0 25 * * *", || async {});
+    /// assert_eq!(
+    ///     typo.unwrap_err().to_string(),
+    ///     "invalid cron expression: `0 25 * * *`: hour field `25`: number out of bounds"
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "cron")]
+    pub fn schedule_cron<F, Fut>(&self, expr: &str, job: F) -> Result<JobHandle<()>, ScheduleError>
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let now = Instant::now();
+        match cron::CronCadence::start(expr, now) {
+            Ok((cadence, deadline)) => {
+                let cadence = Cadence::Cron(Box::new(cadence));
+                self.submit(periodic(job, cadence, deadline, now), deadline, None)
+            }
+            // Refused through `submit` all the same, so that `Shutdown` wins
+            // and the job is dropped like any refused job. The cadence is a
+            // placeholder: the job is never queued.
+            Err(invalid) => {
+                let cadence = Cadence::FixedDelay {
+                    delay: Duration::MAX,
+                };
+                self.submit(periodic(job, cadence, now, now), now, Some(invalid))
+            }
+        }
     }
 
     fn submit_periodic<F, Fut>(
         &self,
         initial_delay: Duration,
-        period: Duration,
-        fixed_rate: bool,
+        cadence: Cadence,
+        invalid: Option<ScheduleError>,
         job: F,
     ) -> Result<JobHandle<()>, ScheduleError>
     where
         F: FnMut() -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let deadline = deadline_after(Instant::now(), initial_delay);
-        let work = Periodic {
-            make_run: job,
-            period,
-            fixed_rate,
-            deadline,
-        };
-        self.submit(work, deadline, period.is_zero())
+        let now = Instant::now();
+        let deadline = deadline_after(now, initial_delay);
+        self.submit(periodic(job, cadence, deadline, now), deadline, invalid)
     }
 
     fn submit<W: Work>(
         &self,
         work: W,
         deadline: Instant,
-        zero_period: bool,
+        invalid: Option<ScheduleError>,
     ) -> Result<JobHandle<W::Output>, ScheduleError> {
         let pool = &self.owner.pool;
         let id = pool.next_id();
         let job = Arc::new(Job::new(id, work));
         let mut ps = pool.lock();
+        let full = pool
+            .config
+            .max_pending
+            .is_some_and(|max| ps.stats.pending >= max);
         let refused = if ps.shutdown {
             Some(ScheduleError::Shutdown)
-        } else if zero_period {
-            Some(ScheduleError::ZeroPeriod)
+        } else if invalid.is_some() {
+            invalid
+        } else if full {
+            Some(ScheduleError::Full)
         } else {
             None
         };
@@ -643,6 +862,21 @@ impl Scheduler {
     /// ```
     pub fn stats(&self) -> Stats {
         self.owner.pool.stats()
+    }
+}
+
+/// `ZeroPeriod` if a periodic job's `period` is zero.
+fn zero_period(period: Duration) -> Option<ScheduleError> {
+    period.is_zero().then_some(ScheduleError::ZeroPeriod)
+}
+
+/// A periodic job's work, first due at `deadline`.
+fn periodic<F>(make_run: F, cadence: Cadence, deadline: Instant, now: Instant) -> Periodic<F> {
+    Periodic {
+        make_run,
+        cadence,
+        deadline,
+        started: now,
     }
 }
 

@@ -45,6 +45,7 @@ use tokio::time::Instant;
 pub(crate) struct Config {
     pub(crate) run_delayed: bool,
     pub(crate) continue_periodic: bool,
+    pub(crate) max_pending: Option<usize>,
 }
 
 pub(crate) struct Pool {
@@ -157,6 +158,7 @@ impl Pool {
         let Config {
             run_delayed,
             continue_periodic,
+            ..
         } = self.config;
         let now = Instant::now();
         let removed = self.queue.remove_if(|task, deadline| {
