@@ -56,6 +56,8 @@
 )]
 
 mod queue;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod scheduler;
 
 pub use queue::{DelayQueue, Full, Key, StreamNext, TakeStream};

@@ -32,3 +32,5 @@ impl Drop for Bomb {
         }
     }
 }
+
+pub mod redis_server;

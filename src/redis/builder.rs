@@ -1,0 +1,180 @@
+//! Configuration of a [`RedisQueue`].
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::error::{Error, check_name};
+use super::queue::{Inner, RedisQueue};
+
+/// Builds a [`RedisQueue`]; made by [`RedisQueue::builder`].
+///
+/// # Examples
+///
+/// ```no_run
+/// use punctual::redis::RedisQueue;
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), punctual::redis::Error> {
+/// let orders: RedisQueue<u64> = RedisQueue::builder("unpaid-orders")
+///     .url("redis://127.0.0.1:6379/")
+///     .lease(Duration::from_secs(60))
+///     .max_attempts(5)
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub struct RedisQueueBuilder<T> {
+    name: String,
+    source: Source,
+    lease: Duration,
+    max_attempts: u32,
+    poll_interval: Duration,
+    _values: PhantomData<fn(T) -> T>,
+}
+
+enum Source {
+    Url(String),
+    Client(redis::Client),
+}
+
+impl<T> fmt::Debug for RedisQueueBuilder<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let source: &dyn fmt::Debug = match &self.source {
+            Source::Url(url) => url,
+            Source::Client(client) => client,
+        };
+        f.debug_struct("RedisQueueBuilder")
+            .field("name", &self.name)
+            .field("source", source)
+            .field("lease", &self.lease)
+            .field("max_attempts", &self.max_attempts)
+            .field("poll_interval", &self.poll_interval)
+            .finish()
+    }
+}
+
+impl<T> RedisQueueBuilder<T> {
+    pub(crate) fn new(name: &str) -> Self {
+        RedisQueueBuilder {
+            name: name.to_owned(),
+            source: Source::Url("redis://127.0.0.1:6379/".to_owned()),
+            lease: Duration::from_secs(30),
+            max_attempts: 10,
+            poll_interval: Duration::from_secs(1),
+            _values: PhantomData,
+        }
+    }
+
+    /// The server to connect to; default `redis://127.0.0.1:6379/`.
+    ///
+    /// A bad URL is reported by [`build`](Self::build).
+    pub fn url(mut self, url: &str) -> Self {
+        self.source = Source::Url(url.to_owned());
+        self
+    }
+
+    /// A client built by hand (TLS, credentials, ...), instead of a URL.
+    pub fn client(mut self, client: redis::Client) -> Self {
+        self.source = Source::Client(client);
+        self
+    }
+
+    /// How long a taken entry stays leased to its consumer before it is
+    /// delivered again; default 30 s. Millisecond resolution.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `lease` is zero.
+    #[track_caller]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        assert!(!lease.is_zero(), "`lease` must be greater than zero");
+        self.lease = lease;
+        self
+    }
+
+    /// After how many deliveries without an ack an entry goes to the dead
+    /// letters instead of being delivered again; default 10, 0 for never.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// The longest a waiting consumer goes without asking Redis, which bounds
+    /// how late a delivery is when a notification is lost; default 1 s. An
+    /// idle queue costs one request per interval per process. Zero is taken
+    /// as 1 ms.
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll_interval = every.max(Duration::from_millis(1));
+        self
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueueBuilder<T> {
+    /// Connects and checks the server.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for a bad queue name, [`Error::Redis`] for a bad
+    /// URL or a server that cannot be reached, [`Error::Unsupported`] for a
+    /// server older than Redis 6.2.
+    pub async fn build(self) -> Result<RedisQueue<T>, Error> {
+        check_name(&self.name)?;
+        let client = match self.source {
+            Source::Url(url) => redis::Client::open(url.as_str())?,
+            Source::Client(client) => client,
+        };
+        let mut conn = client.get_connection_manager().await?;
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await?;
+        check_version(&info)?;
+        Ok(RedisQueue::from_inner(Inner::new(
+            self.name,
+            client,
+            conn,
+            self.lease,
+            self.max_attempts,
+            self.poll_interval,
+        )))
+    }
+}
+
+/// Fails unless `INFO server` names Redis 6.2 or later.
+fn check_version(info: &str) -> Result<(), Error> {
+    let version = info
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .map(str::trim)
+        .ok_or_else(|| Error::Unsupported("INFO names no redis_version".into()))?;
+    let mut parts = version
+        .split('.')
+        .map(|part| part.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if (major, minor) < (6, 2) {
+        return Err(Error::Unsupported(format!(
+            "Redis {version} is older than 6.2"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_version;
+
+    #[test]
+    fn versions() {
+        assert!(check_version("# Server\r\nredis_version:7.0.15\r\n").is_ok());
+        assert!(check_version("redis_version:6.2.0\r\n").is_ok());
+        assert!(check_version("redis_version:10.0.0\r\n").is_ok());
+        assert!(check_version("redis_version:6.0.16\r\n").is_err());
+        assert!(check_version("redis_version:5.0.7\r\n").is_err());
+        assert!(check_version("# Server\r\n").is_err());
+    }
+}

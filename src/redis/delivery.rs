@@ -1,0 +1,124 @@
+//! [`Delivery`]: one entry handed to one consumer under a lease.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::error::Error;
+use super::queue::Inner;
+
+/// An entry taken from a [`RedisQueue`](super::RedisQueue), leased to this
+/// consumer until [`lease_until`](Self::lease_until).
+///
+/// Finish with [`ack`](Self::ack) (done) or [`retry`](Self::retry) (give it
+/// back). Dropped without either, the entry stays leased until its lease
+/// runs out, then is delivered again with `attempt + 1`.
+pub struct Delivery<T> {
+    queue: Arc<Inner>,
+    id: String,
+    value: T,
+    attempt: u32,
+    deadline: SystemTime,
+    lease_until: SystemTime,
+}
+
+impl<T: fmt::Debug> fmt::Debug for Delivery<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("id", &self.id)
+            .field("value", &self.value)
+            .field("attempt", &self.attempt)
+            .field("deadline", &self.deadline)
+            .field("lease_until", &self.lease_until)
+            .finish()
+    }
+}
+
+impl<T> Delivery<T> {
+    pub(crate) fn new(
+        queue: Arc<Inner>,
+        id: String,
+        value: T,
+        attempt: u32,
+        deadline: SystemTime,
+        lease_until: SystemTime,
+    ) -> Self {
+        Delivery {
+            queue,
+            id,
+            value,
+            attempt,
+            deadline,
+            lease_until,
+        }
+    }
+
+    /// The entry's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The entry's value.
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+
+    /// The value, giving up this handle on the lease: the entry stays leased
+    /// until the lease runs out, then is delivered again.
+    pub fn into_value(self) -> T {
+        self.value
+    }
+
+    /// Which delivery of the entry this is: 1 on the first.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// When the entry was due (for a re-delivery: when the previous lease
+    /// ran out), by the server's clock.
+    pub fn deadline(&self) -> SystemTime {
+        self.deadline
+    }
+
+    /// When the lease runs out, by the server's clock.
+    pub fn lease_until(&self) -> SystemTime {
+        self.lease_until
+    }
+
+    /// Deletes the entry: the work is done. `Ok(false)` if the lease was
+    /// lost (the entry was delivered again, removed or dead-lettered); then
+    /// nothing changes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if Redis cannot be reached; the entry stays leased.
+    pub async fn ack(self) -> Result<bool, Error> {
+        self.queue.ack(&self.id, self.attempt).await
+    }
+
+    /// Gives the entry back, due `delay` from now (ordered as if inserted
+    /// then), keeping its attempt count. `Ok(false)` if the lease was lost.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if Redis cannot be reached; the entry stays leased.
+    pub async fn retry(self, delay: Duration) -> Result<bool, Error> {
+        self.queue.retry(&self.id, self.attempt, delay).await
+    }
+
+    /// Pushes the end of the lease to `lease` from now, if the lease is still
+    /// held; `Ok(false)` if it was lost.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if Redis cannot be reached; the lease is unchanged.
+    pub async fn extend(&mut self, lease: Duration) -> Result<bool, Error> {
+        match self.queue.extend(&self.id, self.attempt, lease).await? {
+            Some(until) => {
+                self.lease_until = until;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The error type of the Redis queue.
+
+use std::fmt;
+
+/// Error returned by [`RedisQueue`](super::RedisQueue) operations.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// Redis answered with an error or could not be reached. A key of the
+    /// wrong type under the queue's name is reported here too, with the
+    /// server's `WRONGTYPE` message naming the key.
+    Redis(redis::RedisError),
+    /// The value could not be serialized to JSON; nothing was sent.
+    Encode(serde_json::Error),
+    /// An id that is empty or longer than 512 bytes; nothing was sent.
+    InvalidId(String),
+    /// A queue name that is empty, longer than 512 bytes or contains `{` or
+    /// `}` (they would break the queue's hash tag).
+    InvalidName(String),
+    /// The server is older than Redis 6.2, or not a Redis server.
+    Unsupported(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Redis(e) => write!(f, "redis error: {e}"),
+            Error::Encode(e) => write!(f, "value does not serialize to JSON: {e}"),
+            Error::InvalidId(why) => write!(f, "invalid id: {why}"),
+            Error::InvalidName(why) => write!(f, "invalid queue name: {why}"),
+            Error::Unsupported(why) => write!(f, "unsupported server: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Redis(e) => Some(e),
+            Error::Encode(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Error {
+        Error::Redis(e)
+    }
+}
+
+impl Error {
+    /// Whether waiting and asking again can fix this error (the connection
+    /// was lost or refused, the server is loading its data, a failover).
+    pub(crate) fn is_transient(&self) -> bool {
+        let Error::Redis(e) = self else {
+            return false;
+        };
+        if e.kind() == redis::ErrorKind::AuthenticationFailed {
+            return false;
+        }
+        e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_timeout()
+            || matches!(
+                e.retry_method(),
+                redis::RetryMethod::Reconnect
+                    | redis::RetryMethod::RetryImmediately
+                    | redis::RetryMethod::WaitAndRetry
+            )
+    }
+}
+
+/// Checks an id against the documented limits.
+pub(crate) fn check_id(id: &str) -> Result<(), Error> {
+    if id.is_empty() {
+        return Err(Error::InvalidId("an id must not be empty".into()));
+    }
+    if id.len() > MAX_ID_LEN {
+        return Err(Error::InvalidId(format!(
+            "an id has at most {MAX_ID_LEN} bytes, this one has {}",
+            id.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a queue name: it goes between the braces of every key's hash tag.
+pub(crate) fn check_name(name: &str) -> Result<(), Error> {
+    if name.is_empty() {
+        return Err(Error::InvalidName("a queue name must not be empty".into()));
+    }
+    if name.len() > MAX_ID_LEN {
+        return Err(Error::InvalidName(format!(
+            "a queue name has at most {MAX_ID_LEN} bytes, this one has {}",
+            name.len()
+        )));
+    }
+    if name.contains(['{', '}']) {
+        return Err(Error::InvalidName(format!(
+            "{name:?} contains a brace, which would break the hash tag of its keys"
+        )));
+    }
+    Ok(())
+}
+
+const MAX_ID_LEN: usize = 512;

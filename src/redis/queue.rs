@@ -1,0 +1,647 @@
+//! [`RedisQueue`]: the handle, its operations and the consumers' wait loop.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::Stream;
+use redis::aio::ConnectionManager;
+use redis::{FromRedisValue, ScriptInvocation, Value};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use super::builder::RedisQueueBuilder;
+use super::delivery::Delivery;
+use super::error::{Error, check_id};
+use super::scripts::{Keys, SCRIPTS};
+use super::waiter::{Backoff, Waiter};
+use super::{DeadLetter, RedisStats};
+
+/// A delay queue kept in Redis, shared by every process that opens it by
+/// name; see the [module docs](super) for its guarantees and key layout.
+///
+/// A clone is another handle to the same queue and shares its connection.
+pub struct RedisQueue<T> {
+    inner: Arc<Inner>,
+    _values: PhantomData<fn(T) -> T>,
+}
+
+impl<T> Clone for RedisQueue<T> {
+    fn clone(&self) -> Self {
+        RedisQueue {
+            inner: Arc::clone(&self.inner),
+            _values: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for RedisQueue<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisQueue")
+            .field("name", &self.inner.name)
+            .field("lease", &self.inner.lease)
+            .field("max_attempts", &self.inner.max_attempts)
+            .field("poll_interval", &self.inner.poll_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every handle and delivery of one queue shares.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    name: String,
+    client: redis::Client,
+    conn: ConnectionManager,
+    keys: Keys,
+    lease: Duration,
+    max_attempts: u32,
+    poll_interval: Duration,
+    waiter: Waiter,
+}
+
+/// The answer of the claim script.
+struct Claim {
+    /// The server's clock, in ms since the epoch.
+    now: i64,
+    /// The score of the schedule's head after the claim.
+    head: Option<i64>,
+    /// `(id, value, attempt, deadline, lease_until)`.
+    items: Vec<(String, Option<String>, u32, i64, i64)>,
+}
+
+impl Inner {
+    pub(crate) fn new(
+        name: String,
+        client: redis::Client,
+        conn: ConnectionManager,
+        lease: Duration,
+        max_attempts: u32,
+        poll_interval: Duration,
+    ) -> Inner {
+        Inner {
+            keys: Keys::new(&name),
+            name,
+            client,
+            conn,
+            lease,
+            max_attempts,
+            poll_interval,
+            waiter: Waiter::default(),
+        }
+    }
+
+    /// An invocation of `script` with the queue's keys.
+    fn script(&self, script: &'static redis::Script) -> ScriptInvocation<'static> {
+        let mut invocation = script.prepare_invoke();
+        for key in &self.keys.all {
+            invocation.key(key);
+        }
+        invocation
+    }
+
+    async fn run<R: FromRedisValue>(&self, invocation: &ScriptInvocation<'_>) -> Result<R, Error> {
+        Ok(invocation.invoke_async(&mut self.conn.clone()).await?)
+    }
+
+    async fn claim(&self, max: usize) -> Result<Claim, Error> {
+        let mut invocation = self.script(&SCRIPTS.claim);
+        invocation
+            .arg(max)
+            .arg(millis(self.lease).max(1))
+            .arg(self.max_attempts);
+        let reply: Vec<Value> = self.run(&invocation).await?;
+        let mut fields = reply.into_iter();
+        let mut next = || -> Result<Value, Error> {
+            fields.next().ok_or_else(|| {
+                Error::Redis(redis::RedisError::from((
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "short reply from the claim script",
+                )))
+            })
+        };
+        let now: i64 = parse(next()?)?;
+        let head: i64 = parse(next()?)?;
+        let mut items = Vec::new();
+        while let Ok(id) = next() {
+            items.push((
+                parse(id)?,
+                parse(next()?)?,
+                parse(next()?)?,
+                parse(next()?)?,
+                parse(next()?)?,
+            ));
+        }
+        Ok(Claim {
+            now,
+            head: (head >= 0).then_some(head),
+            items,
+        })
+    }
+
+    pub(crate) async fn ack(&self, id: &str, attempt: u32) -> Result<bool, Error> {
+        let mut invocation = self.script(&SCRIPTS.ack);
+        invocation.arg(id).arg(attempt);
+        self.run(&invocation).await
+    }
+
+    pub(crate) async fn retry(
+        &self,
+        id: &str,
+        attempt: u32,
+        delay: Duration,
+    ) -> Result<bool, Error> {
+        let mut invocation = self.script(&SCRIPTS.retry);
+        invocation
+            .arg(id)
+            .arg(attempt)
+            .arg(millis(delay))
+            .arg(&self.keys.channel);
+        self.run(&invocation).await
+    }
+
+    /// The new end of the lease, or `None` if it was lost.
+    pub(crate) async fn extend(
+        &self,
+        id: &str,
+        attempt: u32,
+        lease: Duration,
+    ) -> Result<Option<SystemTime>, Error> {
+        let mut invocation = self.script(&SCRIPTS.extend);
+        invocation.arg(id).arg(attempt).arg(millis(lease));
+        let until: i64 = self.run(&invocation).await?;
+        Ok((until > 0).then(|| system_time(until)))
+    }
+
+    async fn bury(&self, id: &str, attempt: u32, reason: &str) -> Result<bool, Error> {
+        let mut invocation = self.script(&SCRIPTS.bury);
+        invocation.arg(id).arg(attempt).arg(reason);
+        self.run(&invocation).await
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
+    /// Connects to the queue `name` on the server at `url`, with the default
+    /// settings of [`RedisQueueBuilder`].
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisQueueBuilder::build`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use punctual::redis::RedisQueue;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// let orders: RedisQueue<u64> = RedisQueue::connect("redis://127.0.0.1:6379/", "orders").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str, name: &str) -> Result<Self, Error> {
+        Self::builder(name).url(url).build().await
+    }
+
+    /// A builder for the queue `name`.
+    pub fn builder(name: &str) -> RedisQueueBuilder<T> {
+        RedisQueueBuilder::new(name)
+    }
+
+    pub(crate) fn from_inner(inner: Inner) -> Self {
+        RedisQueue {
+            inner: Arc::new(inner),
+            _values: PhantomData,
+        }
+    }
+
+    /// Inserts `value`, due `delay` from now (the server's now), under a new
+    /// unique id, which it returns.
+    ///
+    /// Delays are rounded down to milliseconds; huge ones saturate.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Encode`] if `value` does not serialize, [`Error::Redis`] if
+    /// Redis cannot be reached; the queue is unchanged either way.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use punctual::redis::RedisQueue;
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// let orders: RedisQueue<u64> = RedisQueue::connect("redis://127.0.0.1:6379/", "orders").await?;
+    /// let id = orders.insert(&17, Duration::from_secs(30 * 60)).await?;
+    /// orders.remove(&id).await?; // paid in time
+    /// # Ok(()) }
+    /// ```
+    pub async fn insert(&self, value: &T, delay: Duration) -> Result<String, Error> {
+        self.put("", value, 'd', millis(delay))
+            .await
+            .map(|(_, id)| id)
+    }
+
+    /// Inserts `value`, due at `at`, under a new unique id, which it returns.
+    /// A time before the epoch is due at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`insert`](Self::insert).
+    pub async fn insert_at(&self, value: &T, at: SystemTime) -> Result<String, Error> {
+        let at = at.duration_since(UNIX_EPOCH).map_or(0, millis);
+        self.put("", value, 'a', at).await.map(|(_, id)| id)
+    }
+
+    /// Inserts `value` under the caller's `id`, due `delay` from now. If an
+    /// entry with this id is in the queue (pending, leased or dead), nothing
+    /// changes and it returns `Ok(false)`, so a retried insert never
+    /// duplicates.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidId`] for an empty id or one over 512 bytes; otherwise
+    /// as [`insert`](Self::insert).
+    pub async fn insert_with_id(
+        &self,
+        id: &str,
+        value: &T,
+        delay: Duration,
+    ) -> Result<bool, Error> {
+        check_id(id)?;
+        self.put(id, value, 'd', millis(delay))
+            .await
+            .map(|(inserted, _)| inserted)
+    }
+
+    async fn put(&self, id: &str, value: &T, kind: char, ms: u64) -> Result<(bool, String), Error> {
+        let json = serde_json::to_string(value).map_err(Error::Encode)?;
+        let mut invocation = self.inner.script(&SCRIPTS.insert);
+        invocation
+            .arg(id)
+            .arg(json)
+            .arg(kind.to_string())
+            .arg(ms)
+            .arg(&self.inner.keys.channel);
+        let (inserted, id): (bool, String) = self.inner.run(&invocation).await?;
+        Ok((inserted, id))
+    }
+
+    /// Deletes the entry `id`, whether pending, leased or dead; `true` if it
+    /// was there. A consumer holding it then gets `Ok(false)` from `ack`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidId`], or [`Error::Redis`] if Redis cannot be reached.
+    pub async fn remove(&self, id: &str) -> Result<bool, Error> {
+        check_id(id)?;
+        let mut invocation = self.inner.script(&SCRIPTS.remove);
+        invocation.arg(id);
+        self.inner.run(&invocation).await
+    }
+
+    /// Moves the pending entry `id` to `delay` from now, ordered as if
+    /// inserted now; `false` for an entry that is leased, dead or absent.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidId`], or [`Error::Redis`] if Redis cannot be reached.
+    pub async fn reset(&self, id: &str, delay: Duration) -> Result<bool, Error> {
+        check_id(id)?;
+        let mut invocation = self.inner.script(&SCRIPTS.reset);
+        invocation
+            .arg(id)
+            .arg(millis(delay))
+            .arg(&self.inner.keys.channel);
+        self.inner.run(&invocation).await
+    }
+
+    /// When the entry `id` is due: its deadline while pending, the end of
+    /// its lease while leased; `None` if it is absent or dead.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidId`], or [`Error::Redis`] if Redis cannot be reached.
+    pub async fn deadline(&self, id: &str) -> Result<Option<SystemTime>, Error> {
+        check_id(id)?;
+        let mut invocation = self.inner.script(&SCRIPTS.deadline);
+        invocation.arg(id);
+        let score: Option<i64> = self.inner.run(&invocation).await?;
+        Ok(score.map(system_time))
+    }
+
+    /// Waits until an entry is due and takes it under a lease.
+    ///
+    /// # Errors
+    ///
+    /// Only for errors a retry cannot fix (authentication, a key of the
+    /// wrong type); a lost connection is retried with capped back-off and
+    /// reported through `tracing`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future loses no entry: an entry it had claimed but not
+    /// returned is delivered again when its lease runs out.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use punctual::redis::RedisQueue;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// let orders: RedisQueue<u64> = RedisQueue::connect("redis://127.0.0.1:6379/", "orders").await?;
+    /// loop {
+    ///     let delivery = orders.take().await?;
+    ///     println!("order {} expired", delivery.value());
+    ///     delivery.ack().await?;
+    /// }
+    /// # }
+    /// ```
+    pub async fn take(&self) -> Result<Delivery<T>, Error> {
+        let mut taken = self.take_until(1, None).await?;
+        Ok(taken.pop().expect("an untimed take returns an entry"))
+    }
+
+    /// As [`take`](Self::take), giving up after `timeout` with `Ok(None)`.
+    ///
+    /// # Errors
+    ///
+    /// As [`take`](Self::take).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`take`](Self::take).
+    pub async fn take_timeout(&self, timeout: Duration) -> Result<Option<Delivery<T>>, Error> {
+        let until = Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(far_future);
+        let mut taken = self.take_until(1, Some(until)).await?;
+        Ok(taken.pop())
+    }
+
+    /// Takes a due entry if there is one, without waiting.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if Redis cannot be reached, or anything
+    /// [`take`](Self::take) reports.
+    pub async fn try_take(&self) -> Result<Option<Delivery<T>>, Error> {
+        loop {
+            let claim = self.inner.claim(1).await?;
+            let more_due = claim.head.is_some_and(|head| head <= claim.now);
+            let mut taken = self.deliveries(claim).await;
+            if !taken.is_empty() || !more_due {
+                return Ok(taken.pop());
+            }
+        }
+    }
+
+    /// Waits until at least one entry is due, then takes between 1 and `max`
+    /// due entries, in order, in one round trip. `max == 0` returns an empty
+    /// vector at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`take`](Self::take).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`take`](Self::take).
+    pub async fn take_many(&self, max: usize) -> Result<Vec<Delivery<T>>, Error> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        self.take_until(max, None).await
+    }
+
+    /// A stream of deliveries: [`take`](Self::take) in a loop. It never ends;
+    /// an error is yielded and the stream goes on.
+    pub fn stream(&self) -> impl Stream<Item = Result<Delivery<T>, Error>> + Send + 'static {
+        futures::stream::unfold(self.clone(), |queue| async move {
+            let next = queue.take().await;
+            Some((next, queue))
+        })
+    }
+
+    /// Counts the queue's entries by state.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if Redis cannot be reached.
+    pub async fn stats(&self) -> Result<RedisStats, Error> {
+        let invocation = self.inner.script(&SCRIPTS.stats);
+        let (pending, due, leased, dead): (u64, u64, u64, u64) =
+            self.inner.run(&invocation).await?;
+        Ok(RedisStats {
+            pending,
+            due,
+            leased,
+            dead,
+        })
+    }
+
+    /// Up to `max` dead letters, oldest first. `value` is `None` for a value
+    /// that no longer decodes as `T`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if Redis cannot be reached.
+    pub async fn dead_letters(&self, max: usize) -> Result<Vec<DeadLetter<T>>, Error> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let mut invocation = self.inner.script(&SCRIPTS.dead_letters);
+        invocation.arg(max);
+        let rows: Vec<(String, Option<String>, u32, String)> = self.inner.run(&invocation).await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, value, attempts, reason)| DeadLetter {
+                id,
+                value: value.and_then(|json| serde_json::from_str(&json).ok()),
+                attempts,
+                reason,
+            })
+            .collect())
+    }
+
+    /// Puts the dead letter `id` back as pending, due `delay` from now, with
+    /// its attempts reset to 0; `false` if there is no such dead letter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidId`], or [`Error::Redis`] if Redis cannot be reached.
+    pub async fn requeue_dead(&self, id: &str, delay: Duration) -> Result<bool, Error> {
+        check_id(id)?;
+        let mut invocation = self.inner.script(&SCRIPTS.requeue_dead);
+        invocation
+            .arg(id)
+            .arg(millis(delay))
+            .arg(&self.inner.keys.channel);
+        self.inner.run(&invocation).await
+    }
+
+    /// Deletes every key of this queue: entries, leases and dead letters.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if Redis cannot be reached.
+    pub async fn purge(&self) -> Result<(), Error> {
+        let invocation = self.inner.script(&SCRIPTS.purge);
+        let _deleted: i64 = self.inner.run(&invocation).await?;
+        Ok(())
+    }
+
+    /// The consumers' loop: claims up to `max` entries, waiting between
+    /// claims as leader or follower, until it has some or `until` passes.
+    async fn take_until(
+        &self,
+        max: usize,
+        until: Option<Instant>,
+    ) -> Result<Vec<Delivery<T>>, Error> {
+        let waiter = &self.inner.waiter;
+        let mut lead = None;
+        let mut backoff = Backoff::default();
+        loop {
+            let claim = match self.inner.claim(max).await {
+                Ok(claim) => {
+                    backoff.reset();
+                    claim
+                }
+                Err(error) if error.is_transient() => {
+                    let pause = backoff.next();
+                    tracing::warn!(queue = %self.inner.name, %error, ?pause,
+                        "redis unreachable while taking; retrying");
+                    if !sleep_within(pause, until).await {
+                        return Ok(Vec::new());
+                    }
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            let now = claim.now;
+            let head = claim.head;
+            let more_due = head.is_some_and(|head| head <= now);
+            let taken = self.deliveries(claim).await;
+            if more_due {
+                // Another consumer of this process can take the rest.
+                waiter.followers.notify_one();
+            }
+            if !taken.is_empty() {
+                return Ok(taken); // dropping `lead` hands leadership over
+            }
+            if more_due {
+                continue;
+            }
+            if lead.is_none() {
+                // Enabled before looking at the leader flag: a leader that
+                // leaves after we saw it notifies us (see `Lead::drop`).
+                let mut parked = pin!(waiter.followers.notified());
+                parked.as_mut().enable();
+                lead = waiter.try_lead();
+                if lead.is_none() {
+                    if !wait_within(parked, until).await {
+                        return Ok(Vec::new());
+                    }
+                    continue;
+                }
+            }
+            waiter.listen(
+                &self.inner.client,
+                &self.inner.keys.channel,
+                &self.inner.name,
+            );
+            let to_head = head.map_or(self.inner.poll_interval, |head| {
+                Duration::from_millis(u64::try_from(head - now).unwrap_or(0))
+            });
+            let nap = to_head.clamp(Duration::from_millis(1), self.inner.poll_interval);
+            let kicked = waiter.kick.notified();
+            tokio::select! {
+                _ = kicked => {}
+                timed_in = sleep_within(nap, until) => if !timed_in {
+                    return Ok(Vec::new());
+                },
+            }
+        }
+    }
+
+    /// Turns a claim into deliveries; values that do not decode go to the
+    /// dead letters, never to a consumer.
+    async fn deliveries(&self, claim: Claim) -> Vec<Delivery<T>> {
+        let mut taken = Vec::with_capacity(claim.items.len());
+        for (id, json, attempt, deadline, lease_until) in claim.items {
+            let decoded = match json {
+                Some(json) => serde_json::from_str::<T>(&json).map_err(|e| e.to_string()),
+                None => Err("the value is missing".to_owned()),
+            };
+            match decoded {
+                Ok(value) => taken.push(Delivery::new(
+                    Arc::clone(&self.inner),
+                    id,
+                    value,
+                    attempt,
+                    system_time(deadline),
+                    system_time(lease_until),
+                )),
+                Err(why) => {
+                    let reason = format!("value does not decode: {why}");
+                    tracing::warn!(queue = %self.inner.name, id, reason, "moved to the dead letters");
+                    if let Err(error) = self.inner.bury(&id, attempt, &reason).await {
+                        // Its lease runs out and the next claim tries again.
+                        tracing::warn!(queue = %self.inner.name, id, %error,
+                            "could not move an undecodable entry to the dead letters");
+                    }
+                }
+            }
+        }
+        taken
+    }
+}
+
+/// Sleeps `pause`, but not past `until`; `false` if `until` came first.
+async fn sleep_within(pause: Duration, until: Option<Instant>) -> bool {
+    let wake = Instant::now() + pause;
+    match until {
+        Some(until) if until <= wake => {
+            tokio::time::sleep_until(until).await;
+            false
+        }
+        _ => {
+            tokio::time::sleep_until(wake).await;
+            true
+        }
+    }
+}
+
+/// Awaits `parked`, but not past `until`; `false` if `until` came first.
+async fn wait_within(parked: impl Future<Output = ()>, until: Option<Instant>) -> bool {
+    match until {
+        None => {
+            parked.await;
+            true
+        }
+        Some(until) => tokio::time::timeout_at(until, parked).await.is_ok(),
+    }
+}
+
+/// An instant no test or service reaches (about 30 years on).
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365 * 30)
+}
+
+/// Deadlines beyond this many ms since the epoch (about 142,000 years)
+/// saturate, so that every score stays an exact integer in a Lua double.
+const MAX_MS: u64 = 1 << 52;
+
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).min(MAX_MS)
+}
+
+fn system_time(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+fn parse<R: FromRedisValue>(value: Value) -> Result<R, Error> {
+    Ok(redis::from_redis_value(value).map_err(redis::RedisError::from)?)
+}
