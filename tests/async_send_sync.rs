@@ -69,3 +69,36 @@ async fn scheduler_futures_are_send() {
     send(&handle);
     assert_eq!(handle.await.unwrap(), 1);
 }
+
+#[cfg(feature = "redis")]
+#[test]
+fn redis_types_are_send_and_sync() {
+    use punctual::redis::{
+        DeadLetter, Delivery, Error, RedisQueue, RedisQueueBuilder, RedisStats,
+    };
+    fn types_send_sync<T: Send + Sync>() {}
+    types_send_sync::<RedisQueue<String>>();
+    types_send_sync::<RedisQueueBuilder<String>>();
+    types_send_sync::<Delivery<String>>();
+    types_send_sync::<DeadLetter<String>>();
+    types_send_sync::<RedisStats>();
+    types_send_sync::<Error>();
+    // Handles do not need `T: Debug` to be `Debug`; deliveries show the value.
+    is_debug::<RedisQueue<Rc<()>>>();
+    is_debug::<RedisQueueBuilder<Rc<()>>>();
+    is_debug::<Delivery<String>>();
+    is_debug::<Error>();
+
+    async fn futures_are_send(q: RedisQueue<String>) {
+        send(&q.insert(&String::new(), std::time::Duration::ZERO));
+        send(&q.take());
+        send(&q.take_timeout(std::time::Duration::ZERO));
+        send(&q.try_take());
+        send(&q.take_many(2));
+        send(&q.stream());
+        send(&q.stats());
+        let delivery = q.take().await.unwrap();
+        send(&delivery.ack());
+    }
+    let _ = futures_are_send;
+}
