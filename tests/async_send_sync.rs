@@ -73,9 +73,7 @@ async fn scheduler_futures_are_send() {
 #[cfg(feature = "redis")]
 #[test]
 fn redis_types_are_send_and_sync() {
-    use punctual::redis::{
-        DeadLetter, Delivery, Error, RedisQueue, RedisQueueBuilder, RedisStats,
-    };
+    use punctual::redis::{DeadLetter, Delivery, Error, RedisQueue, RedisQueueBuilder, RedisStats};
     fn types_send_sync<T: Send + Sync>() {}
     types_send_sync::<RedisQueue<String>>();
     types_send_sync::<RedisQueueBuilder<String>>();

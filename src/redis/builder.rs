@@ -128,7 +128,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueueBuilder<
             Source::Url(url) => redis::Client::open(url.as_str())?,
             Source::Client(client) => client,
         };
-        let mut conn = client.get_connection_manager().await?;
+        let mut conn = client
+            .get_connection_manager_with_config(connection_config())
+            .await?;
         let info: String = redis::cmd("INFO")
             .arg("server")
             .query_async(&mut conn)
@@ -143,6 +145,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueueBuilder<
             self.poll_interval,
         )))
     }
+}
+
+/// Reconnection settings: a few quick attempts per failure, so a caller
+/// learns soon that the server is gone (`take` goes on retrying by itself).
+fn connection_config() -> redis::aio::ConnectionManagerConfig {
+    redis::aio::ConnectionManagerConfig::new()
+        .set_number_of_retries(3)
+        .set_max_delay(Duration::from_millis(500))
+        .set_connection_timeout(Some(Duration::from_secs(2)))
 }
 
 /// Fails unless `INFO server` names Redis 6.2 or later.

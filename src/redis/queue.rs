@@ -601,7 +601,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
 
 /// Sleeps `pause`, but not past `until`; `false` if `until` came first.
 async fn sleep_within(pause: Duration, until: Option<Instant>) -> bool {
-    let wake = Instant::now() + pause;
+    let wake = Instant::now().checked_add(pause).unwrap_or_else(far_future);
     match until {
         Some(until) if until <= wake => {
             tokio::time::sleep_until(until).await;

@@ -203,13 +203,15 @@ return lease_until
 "#
 );
 
-/// ARGV: id, attempt, reason. Moves a held entry to the dead letters.
+/// ARGV: id, attempt, reason. Moves a held entry that never reached a
+/// consumer to the dead letters; that delivery does not count.
 const BURY: &str = lua!(
     r#"
 local e = wrong_type() if e then return e end
 local member = held(ARGV[1], ARGV[2])
 if not member then return 0 end
 bury(ARGV[1], member, now_ms(), ARGV[3])
+redis.call('HINCRBY', ATTEMPTS, ARGV[1], -1)
 return 1
 "#
 );
