@@ -410,10 +410,9 @@ async fn a_value_that_does_not_serialize_is_an_encode_error_and_writes_nothing()
 
 // ---------------------------------------------------------------- foreign keys
 
-/// Runs every operation against queue `name`, whose key `key` holds a value
-/// of a foreign type, and checks each returns a WRONGTYPE error.
-async fn every_operation_is_wrongtype(server: &RedisServer, name: &str, key: &str) {
-    let q: RedisQueue<u64> = open(server, name).await;
+/// Runs every operation on `q`, whose key `key` holds a value of a foreign
+/// type: each fails with a WRONGTYPE error.
+async fn every_operation_is_wrongtype(q: &RedisQueue<u64>, key: &str) {
     let at = |op: &str| format!("{op} with {key} foreign");
     assert_wrongtype(q.insert(&1, ms(0)).await, &at("insert"));
     assert_wrongtype(q.insert_at(&1, wall()).await, &at("insert_at"));
@@ -430,6 +429,12 @@ async fn every_operation_is_wrongtype(server: &RedisServer, name: &str, key: &st
     assert_wrongtype(within("try_take", q.try_take()).await, &at("try_take"));
     let first = within("stream", pin!(q.stream()).next()).await;
     assert_wrongtype(first.expect("a stream never ends"), &at("stream"));
+    every_cold_operation_is_wrongtype(q, key).await;
+}
+
+/// The operations off the hot path check every key of the queue.
+async fn every_cold_operation_is_wrongtype(q: &RedisQueue<u64>, key: &str) {
+    let at = |op: &str| format!("{op} with {key} foreign");
     assert_wrongtype(q.stats().await, &at("stats"));
     assert_wrongtype(q.dead_letters(10).await, &at("dead_letters"));
     assert_wrongtype(q.remove("x").await, &at("remove"));
@@ -439,28 +444,24 @@ async fn every_operation_is_wrongtype(server: &RedisServer, name: &str, key: &st
     assert_wrongtype(q.purge().await, &at("purge"));
 }
 
-#[tokio::test]
-async fn a_foreign_string_under_the_schedule_key_fails_every_operation() {
-    let server = RedisServer::start();
-    let key = "punctual:{wrong}:schedule";
-    assert_eq!(server.cli(&["SET", key, "oops"]), "OK");
-    every_operation_is_wrongtype(&server, "wrong", key).await;
-    assert_eq!(server.cli(&["GET", key]), "oops", "the foreign key changed");
-    assert_eq!(keys(&server), [key], "another key was created");
-}
+const SUFFIXES: [&str; 8] = [
+    "schedule", "ids", "values", "attempts", "leases", "dead", "reasons", "seq",
+];
 
 #[tokio::test]
-async fn a_foreign_value_under_any_key_of_the_queue_fails_every_operation() {
+async fn a_queue_with_a_key_of_a_foreign_type_does_not_build() {
     let server = RedisServer::start();
-    let suffixes = [
-        "schedule", "ids", "values", "attempts", "leases", "dead", "reasons", "seq",
-    ];
-    for suffix in suffixes {
-        let name = format!("wrong-{suffix}");
+    for suffix in SUFFIXES {
+        let name = format!("foreign-{suffix}");
         let key = format!("punctual:{{{name}}}:{suffix}");
         // A list is the wrong type for every key of a queue.
         assert_eq!(server.cli(&["RPUSH", &key, "oops"]), "1");
-        every_operation_is_wrongtype(&server, &name, &key).await;
+        let built = builder::<u64>(&server, &name).build().await;
+        let error = built
+            .expect_err("a foreign key must fail build")
+            .to_string();
+        assert!(error.contains("WRONGTYPE"), "{key}: {error}");
+        assert!(error.contains(&key), "the error names the key: {error}");
         assert_eq!(server.cli(&["LRANGE", &key, "0", "-1"]), "oops");
         let pattern = format!("punctual:{{{name}}}:*");
         assert_eq!(
@@ -472,24 +473,97 @@ async fn a_foreign_value_under_any_key_of_the_queue_fails_every_operation() {
 }
 
 #[tokio::test]
-async fn a_foreign_key_that_appears_later_fails_operations_without_touching_the_entry() {
+async fn a_foreign_string_under_the_schedule_key_fails_every_operation() {
+    let server = RedisServer::start();
+    let q: RedisQueue<u64> = open(&server, "wrong").await;
+    let key = "punctual:{wrong}:schedule";
+    assert_eq!(server.cli(&["SET", key, "oops"]), "OK");
+    every_operation_is_wrongtype(&q, key).await;
+    assert_eq!(server.cli(&["GET", key]), "oops", "the foreign key changed");
+    assert_eq!(keys(&server), [key], "another key was created");
+}
+
+#[tokio::test]
+async fn a_foreign_value_under_any_key_fails_what_touches_it_and_writes_nothing() {
+    let server = RedisServer::start();
+    for suffix in SUFFIXES {
+        let name = format!("wrong-{suffix}");
+        let key = format!("punctual:{{{name}}}:{suffix}");
+        let q: RedisQueue<u64> = builder(&server, &name).lease(HOUR).build().await.unwrap();
+        // A pending entry, a leased one (held here) and a due one.
+        q.insert_with_id("pending", &1, HOUR).await.unwrap();
+        q.insert_with_id("leased", &2, ms(0)).await.unwrap();
+        let held = within("take", q.take()).await.unwrap();
+        assert_eq!(held.id(), "leased");
+        q.insert_with_id("due", &4, ms(0)).await.unwrap(); // for try_take
+        // A list is the wrong type for every key of a queue.
+        server.cli(&["DEL", &key]);
+        assert_eq!(server.cli(&["RPUSH", &key, "oops"]), "1");
+        let before = snapshot(&server, &name);
+
+        every_cold_operation_is_wrongtype(&q, &key).await;
+        assert_eq!(snapshot(&server, &name), before, "{key}: a cold call wrote");
+        // Hot calls check only the keys they write, before writing: each
+        // either works or fails with WRONGTYPE having written nothing.
+        let inserted = q.insert(&3, HOUR).await;
+        if inserted.is_err() {
+            assert_wrongtype(inserted, &key);
+            assert_eq!(snapshot(&server, &name), before, "{key}: insert wrote");
+        }
+        let now = snapshot(&server, &name);
+        let taken = within("try_take", q.try_take()).await;
+        if taken.is_err() {
+            assert_wrongtype(taken, &key);
+            assert_eq!(snapshot(&server, &name), now, "{key}: try_take wrote");
+        }
+        let now = snapshot(&server, &name);
+        let acked = held.ack().await;
+        if acked.is_err() {
+            assert_wrongtype(acked, &key);
+            assert_eq!(snapshot(&server, &name), now, "{key}: ack wrote");
+        }
+        assert_eq!(server.cli(&["LRANGE", &key, "0", "-1"]), "oops");
+    }
+}
+
+#[tokio::test]
+async fn a_foreign_key_that_appears_later_fails_operations_without_touching_the_entries() {
     let server = RedisServer::start();
     let q: RedisQueue<u64> = builder(&server, "later").lease(HOUR).build().await.unwrap();
     q.insert_with_id("a", &1, ms(0)).await.unwrap();
-    let mut d = within("take", q.take()).await.unwrap();
+    let d = within("take", q.take()).await.unwrap();
     q.insert_with_id("b", &2, HOUR).await.unwrap();
     let dead_key = "punctual:{later}:dead";
     assert_eq!(server.cli(&["SET", dead_key, "oops"]), "OK");
     let before = snapshot(&server, "later");
-    assert_wrongtype(d.extend(HOUR).await, "extend");
-    assert_wrongtype(q.insert(&3, ms(0)).await, "insert");
-    assert_wrongtype(q.remove("b").await, "remove");
-    assert_wrongtype(q.purge().await, "purge");
+    every_cold_operation_is_wrongtype(&q, dead_key).await;
     assert_eq!(snapshot(&server, "later"), before, "a failed call wrote");
     assert_eq!(server.cli(&["DEL", dead_key]), "1");
     // With the foreign key gone, the queue works on.
     assert!(d.ack().await.unwrap());
     assert!(q.remove("b").await.unwrap());
+}
+
+#[tokio::test]
+async fn a_claim_that_must_dead_letter_fails_on_a_foreign_dead_key_without_writing() {
+    let server = RedisServer::start();
+    let q: RedisQueue<u64> = builder(&server, "bury")
+        .lease(ms(200))
+        .max_attempts(1)
+        .build()
+        .await
+        .unwrap();
+    q.insert_with_id("a", &1, ms(0)).await.unwrap();
+    drop(within("take", q.take()).await.unwrap()); // attempt 1, never acked
+    tokio::time::sleep(ms(300)).await; // the lease runs out (Redis's clock)
+    let dead_key = "punctual:{bury}:dead";
+    assert_eq!(server.cli(&["SET", dead_key, "oops"]), "OK");
+    let before = snapshot(&server, "bury");
+    assert_wrongtype(within("try_take", q.try_take()).await, "try_take");
+    assert_eq!(snapshot(&server, "bury"), before, "the failed claim wrote");
+    assert_eq!(server.cli(&["DEL", dead_key]), "1");
+    assert!(within("try_take", q.try_take()).await.unwrap().is_none());
+    assert_eq!(q.stats().await.unwrap().dead, 1);
 }
 
 // ---------------------------------------------------------------- names and connections

@@ -120,8 +120,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueueBuilder<
     /// # Errors
     ///
     /// [`Error::InvalidName`] for a bad queue name, [`Error::Redis`] for a bad
-    /// URL or a server that cannot be reached, [`Error::Unsupported`] for a
-    /// server older than Redis 6.2.
+    /// URL, a server that cannot be reached or a key of the queue that holds
+    /// a foreign type (`WRONGTYPE`), [`Error::Unsupported`] for a server
+    /// older than Redis 6.2.
     pub async fn build(self) -> Result<RedisQueue<T>, Error> {
         check_name(&self.name)?;
         let client = match self.source {
@@ -136,14 +137,16 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueueBuilder<
             .query_async(&mut conn)
             .await?;
         check_version(&info)?;
-        Ok(RedisQueue::from_inner(Inner::new(
+        let inner = Inner::new(
             self.name,
             client,
             conn,
             self.lease,
             self.max_attempts,
             self.poll_interval,
-        )))
+        );
+        inner.check().await?;
+        Ok(RedisQueue::from_inner(inner))
     }
 }
 

@@ -106,6 +106,12 @@ impl Inner {
         Ok(invocation.invoke_async(&mut self.conn.clone()).await?)
     }
 
+    /// Fails if a key of the queue holds a foreign type.
+    pub(crate) async fn check(&self) -> Result<(), Error> {
+        let _: i64 = self.run(&self.script(&SCRIPTS.check)).await?;
+        Ok(())
+    }
+
     async fn claim(&self, max: usize) -> Result<Claim, Error> {
         let mut invocation = self.script(&SCRIPTS.claim);
         invocation
