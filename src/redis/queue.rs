@@ -106,6 +106,20 @@ impl Inner {
         Ok(invocation.invoke_async(&mut self.conn.clone()).await?)
     }
 
+    /// When, on this process's clock, the schedule's head is due according
+    /// to `claim` (the head may be a lease running out); a poll interval on
+    /// if the queue is empty. Recorded for the waiter.
+    fn next_due(&self, claim: &Claim) -> Instant {
+        let wait = claim.head.map_or(self.poll_interval, |head| {
+            Duration::from_millis(u64::try_from(head - claim.now).unwrap_or(0))
+        });
+        let next_due = Instant::now()
+            .checked_add(wait)
+            .unwrap_or_else(far_future);
+        self.waiter.set_next_due(next_due);
+        next_due
+    }
+
     /// Fails if a key of the queue holds a foreign type.
     pub(crate) async fn check(&self) -> Result<(), Error> {
         let _: i64 = self.run(&self.script(&SCRIPTS.check)).await?;
@@ -396,6 +410,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     pub async fn try_take(&self) -> Result<Option<Delivery<T>>, Error> {
         loop {
             let claim = self.inner.claim(1).await?;
+            self.inner.next_due(&claim);
             let more_due = claim.head.is_some_and(|head| head <= claim.now);
             let mut taken = self.deliveries(claim).await;
             if !taken.is_empty() || !more_due {
@@ -509,37 +524,45 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let waiter = &self.inner.waiter;
         let mut lead = None;
         let mut backoff = Backoff::default();
+        // Set when a follower wakes and this process's last claim said
+        // nothing is due before then: it waits instead of asking again.
+        let mut known_idle_until = None;
         loop {
-            let claim = match self.inner.claim(max).await {
-                Ok(claim) => {
-                    backoff.reset();
-                    claim
-                }
-                Err(error) if error.is_transient() => {
-                    let pause = backoff.next();
-                    tracing::warn!(queue = %self.inner.name, %error, ?pause,
-                        "redis unreachable while taking; retrying");
-                    if !sleep_within(pause, until).await {
-                        return Ok(Vec::new());
+            let next_due = match known_idle_until.take() {
+                Some(next_due) => next_due,
+                None => {
+                    let claim = match self.inner.claim(max).await {
+                        Ok(claim) => {
+                            backoff.reset();
+                            claim
+                        }
+                        Err(error) if error.is_transient() => {
+                            let pause = backoff.next();
+                            tracing::warn!(queue = %self.inner.name, %error, ?pause,
+                                "redis unreachable while taking; retrying");
+                            if !sleep_within(pause, until).await {
+                                return Ok(Vec::new());
+                            }
+                            continue;
+                        }
+                        Err(error) => return Err(error),
+                    };
+                    let next_due = self.inner.next_due(&claim);
+                    let more_due = claim.head.is_some_and(|head| head <= claim.now);
+                    let taken = self.deliveries(claim).await;
+                    if more_due {
+                        // Another consumer of this process can take the rest.
+                        waiter.followers.notify_one();
                     }
-                    continue;
+                    if !taken.is_empty() {
+                        return Ok(taken); // dropping `lead` hands leadership over
+                    }
+                    if more_due {
+                        continue;
+                    }
+                    next_due
                 }
-                Err(error) => return Err(error),
             };
-            let now = claim.now;
-            let head = claim.head;
-            let more_due = head.is_some_and(|head| head <= now);
-            let taken = self.deliveries(claim).await;
-            if more_due {
-                // Another consumer of this process can take the rest.
-                waiter.followers.notify_one();
-            }
-            if !taken.is_empty() {
-                return Ok(taken); // dropping `lead` hands leadership over
-            }
-            if more_due {
-                continue;
-            }
             if lead.is_none() {
                 // Enabled before looking at the leader flag: a leader that
                 // leaves after we saw it notifies us (see `Lead::drop`).
@@ -550,6 +573,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     if !wait_within(parked, until).await {
                         return Ok(Vec::new());
                     }
+                    // Woken by a leader that left or a claim that saw more
+                    // due. An announcement since the last claim left a kick
+                    // that cuts the nap short, so skipping the claim is safe.
+                    known_idle_until = waiter.next_due().filter(|due| *due > Instant::now());
                     continue;
                 }
             }
@@ -558,10 +585,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 &self.inner.keys.channel,
                 &self.inner.name,
             );
-            let to_head = head.map_or(self.inner.poll_interval, |head| {
-                Duration::from_millis(u64::try_from(head - now).unwrap_or(0))
-            });
-            let nap = to_head.clamp(Duration::from_millis(1), self.inner.poll_interval);
+            let nap = next_due
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(1), self.inner.poll_interval);
             let kicked = waiter.kick.notified();
             tokio::select! {
                 _ = kicked => {}

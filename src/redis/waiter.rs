@@ -6,12 +6,16 @@
 //! one at a time: when the leader leaves (with an entry, or dropped) and when
 //! a claim saw more entries due than it took. So an idle queue costs one
 //! request per `poll_interval` per process however many consumers wait.
+//! A follower that takes over from a leader that left with an entry does not
+//! ask Redis again if the last claim said when the next entry is due: it
+//! naps until then (new announcements still cut the nap short).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
 
 #[derive(Debug, Default)]
 pub(crate) struct Waiter {
@@ -23,6 +27,8 @@ pub(crate) struct Waiter {
     /// permit when no leader waits, so an announcement that arrives between a
     /// leader's claim and its sleep is not lost.
     pub(crate) kick: Arc<Notify>,
+    /// When the head is due, as the last claim of this process reported it.
+    next_due: Mutex<Option<Instant>>,
     /// Stops the listener task when the queue's last handle is dropped.
     listener: Mutex<Option<oneshot::Sender<()>>>,
 }
@@ -50,6 +56,14 @@ impl Waiter {
         }
         *leader = true;
         Some(Lead(self))
+    }
+
+    pub(crate) fn set_next_due(&self, at: Instant) {
+        *lock(&self.next_due) = Some(at);
+    }
+
+    pub(crate) fn next_due(&self) -> Option<Instant> {
+        *lock(&self.next_due)
     }
 
     /// Starts the task that turns announcements on `channel` into kicks, once.
