@@ -113,9 +113,7 @@ impl Inner {
         let wait = claim.head.map_or(self.poll_interval, |head| {
             Duration::from_millis(u64::try_from(head - claim.now).unwrap_or(0))
         });
-        let next_due = Instant::now()
-            .checked_add(wait)
-            .unwrap_or_else(far_future);
+        let next_due = Instant::now().checked_add(wait).unwrap_or_else(far_future);
         self.waiter.set_next_due(next_due);
         next_due
     }
