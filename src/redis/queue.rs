@@ -571,9 +571,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     if !wait_within(parked, until).await {
                         return Ok(Vec::new());
                     }
-                    // Woken by a leader that left or a claim that saw more
-                    // due. An announcement since the last claim left a kick
-                    // that cuts the nap short, so skipping the claim is safe.
+                    // Woken by a leader that left or by a claim that saw
+                    // more due. Take a vacant lead at once, in this poll: a
+                    // consumer that then leaves (with an entry, or dropped)
+                    // wakes the next one through `Lead::drop`, so no
+                    // follower stays parked with nobody leading.
+                    lead = waiter.try_lead();
+                    // An announcement since the last claim left a kick that
+                    // cuts the nap short, so skipping the claim is safe.
                     known_idle_until = waiter.next_due().filter(|due| *due > Instant::now());
                     continue;
                 }
