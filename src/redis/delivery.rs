@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::error::Error;
-use super::queue::Inner;
+use super::queue::{Inner, Lease};
 
 /// An entry taken from a [`RedisQueue`](super::RedisQueue), leased to this
 /// consumer until [`lease_until`](Self::lease_until).
@@ -16,8 +16,8 @@ use super::queue::Inner;
 pub struct Delivery<T> {
     queue: Arc<Inner>,
     id: String,
+    lease: Lease,
     value: T,
-    attempt: u32,
     deadline: SystemTime,
     lease_until: SystemTime,
 }
@@ -27,7 +27,7 @@ impl<T: fmt::Debug> fmt::Debug for Delivery<T> {
         f.debug_struct("Delivery")
             .field("id", &self.id)
             .field("value", &self.value)
-            .field("attempt", &self.attempt)
+            .field("attempt", &self.lease.attempt)
             .field("deadline", &self.deadline)
             .field("lease_until", &self.lease_until)
             .finish()
@@ -38,16 +38,16 @@ impl<T> Delivery<T> {
     pub(crate) fn new(
         queue: Arc<Inner>,
         id: String,
+        lease: Lease,
         value: T,
-        attempt: u32,
         deadline: SystemTime,
         lease_until: SystemTime,
     ) -> Self {
         Delivery {
             queue,
             id,
+            lease,
             value,
-            attempt,
             deadline,
             lease_until,
         }
@@ -71,7 +71,7 @@ impl<T> Delivery<T> {
 
     /// Which delivery of the entry this is: 1 on the first.
     pub fn attempt(&self) -> u32 {
-        self.attempt
+        self.lease.attempt
     }
 
     /// When the entry was due (for a re-delivery: when the previous lease
@@ -93,7 +93,7 @@ impl<T> Delivery<T> {
     ///
     /// [`Error::Redis`] if Redis cannot be reached; the entry stays leased.
     pub async fn ack(self) -> Result<bool, Error> {
-        self.queue.ack(&self.id, self.attempt).await
+        self.queue.ack(&self.id, &self.lease).await
     }
 
     /// Gives the entry back, due `delay` from now (ordered as if inserted
@@ -103,7 +103,7 @@ impl<T> Delivery<T> {
     ///
     /// [`Error::Redis`] if Redis cannot be reached; the entry stays leased.
     pub async fn retry(self, delay: Duration) -> Result<bool, Error> {
-        self.queue.retry(&self.id, self.attempt, delay).await
+        self.queue.retry(&self.id, &self.lease, delay).await
     }
 
     /// Pushes the end of the lease to `lease` from now, if the lease is still
@@ -113,7 +113,7 @@ impl<T> Delivery<T> {
     ///
     /// [`Error::Redis`] if Redis cannot be reached; the lease is unchanged.
     pub async fn extend(&mut self, lease: Duration) -> Result<bool, Error> {
-        match self.queue.extend(&self.id, self.attempt, lease).await? {
+        match self.queue.extend(&self.id, &self.lease, lease).await? {
             Some(until) => {
                 self.lease_until = until;
                 Ok(true)

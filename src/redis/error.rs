@@ -50,25 +50,32 @@ impl From<redis::RedisError> for Error {
 }
 
 impl Error {
-    /// Whether waiting and asking again can fix this error (the connection
-    /// was lost or refused, the server is loading its data, a failover).
+    /// Whether waiting and asking again can fix this error: the connection
+    /// was lost, refused or timed out, or the server said so (loading its
+    /// data, busy with another script, out of memory for now, read-only or
+    /// down during a failover). A reply that does not parse, a key of the
+    /// wrong type or failed authentication are not.
     pub(crate) fn is_transient(&self) -> bool {
         let Error::Redis(e) = self else {
             return false;
         };
-        if e.kind() == redis::ErrorKind::AuthenticationFailed {
-            return false;
+        const WAIT_AND_RETRY: [&str; 7] = [
+            "LOADING",
+            "BUSY",
+            "OOM",
+            "READONLY",
+            "TRYAGAIN",
+            "MASTERDOWN",
+            "CLUSTERDOWN",
+        ];
+        if e.code().is_some_and(|code| WAIT_AND_RETRY.contains(&code)) {
+            return true;
         }
-        e.is_io_error()
-            || e.is_connection_dropped()
-            || e.is_connection_refusal()
-            || e.is_timeout()
-            || matches!(
-                e.retry_method(),
-                redis::RetryMethod::Reconnect
-                    | redis::RetryMethod::RetryImmediately
-                    | redis::RetryMethod::WaitAndRetry
-            )
+        e.kind() != redis::ErrorKind::AuthenticationFailed
+            && (e.is_io_error()
+                || e.is_connection_dropped()
+                || e.is_connection_refusal()
+                || e.is_timeout())
     }
 }
 

@@ -91,7 +91,7 @@ mod delivery;
 mod error;
 mod queue;
 mod scripts;
-mod waiter;
+mod wait;
 
 pub use ::redis as client;
 pub use builder::RedisQueueBuilder;

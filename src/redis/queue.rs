@@ -17,7 +17,7 @@ use super::builder::RedisQueueBuilder;
 use super::delivery::Delivery;
 use super::error::{Error, check_id};
 use super::scripts::{Keys, SCRIPTS};
-use super::waiter::{Backoff, Waiter};
+use super::wait::{Backoff, Waiter};
 use super::{DeadLetter, RedisStats};
 
 /// A delay queue kept in Redis, shared by every process that opens it by
@@ -62,14 +62,32 @@ pub(crate) struct Inner {
     waiter: Waiter,
 }
 
+/// One entry of a claim.
+struct Claimed {
+    id: String,
+    lease: Lease,
+    /// The stored value; bytes, since a writer in another language may have
+    /// stored anything.
+    json: Option<Vec<u8>>,
+    deadline: i64,
+    lease_until: i64,
+}
+
+/// What identifies one delivery's lease: the entry's member (new on every
+/// insert, retry, reset and requeue) and its attempt (new on every claim).
+#[derive(Debug)]
+pub(crate) struct Lease {
+    pub(crate) member: String,
+    pub(crate) attempt: u32,
+}
+
 /// The answer of the claim script.
 struct Claim {
     /// The server's clock, in ms since the epoch.
     now: i64,
     /// The score of the schedule's head after the claim.
     head: Option<i64>,
-    /// `(id, value, attempt, deadline, lease_until)`.
-    items: Vec<(String, Option<String>, u32, i64, i64)>,
+    items: Vec<Claimed>,
 }
 
 impl Inner {
@@ -144,13 +162,17 @@ impl Inner {
         let head: i64 = parse(next()?)?;
         let mut items = Vec::new();
         while let Ok(id) = next() {
-            items.push((
-                parse(id)?,
-                parse(next()?)?,
-                parse(next()?)?,
-                parse(next()?)?,
-                parse(next()?)?,
-            ));
+            let id = parse(id)?;
+            let member = parse(next()?)?;
+            let json = parse(next()?)?;
+            let attempt = parse(next()?)?;
+            items.push(Claimed {
+                id,
+                lease: Lease { member, attempt },
+                json,
+                deadline: parse(next()?)?,
+                lease_until: parse(next()?)?,
+            });
         }
         Ok(Claim {
             now,
@@ -159,22 +181,23 @@ impl Inner {
         })
     }
 
-    pub(crate) async fn ack(&self, id: &str, attempt: u32) -> Result<bool, Error> {
+    pub(crate) async fn ack(&self, id: &str, lease: &Lease) -> Result<bool, Error> {
         let mut invocation = self.script(&SCRIPTS.ack);
-        invocation.arg(id).arg(attempt);
+        invocation.arg(id).arg(&lease.member).arg(lease.attempt);
         self.run(&invocation).await
     }
 
     pub(crate) async fn retry(
         &self,
         id: &str,
-        attempt: u32,
+        lease: &Lease,
         delay: Duration,
     ) -> Result<bool, Error> {
         let mut invocation = self.script(&SCRIPTS.retry);
         invocation
             .arg(id)
-            .arg(attempt)
+            .arg(&lease.member)
+            .arg(lease.attempt)
             .arg(millis(delay))
             .arg(&self.keys.channel);
         self.run(&invocation).await
@@ -184,18 +207,26 @@ impl Inner {
     pub(crate) async fn extend(
         &self,
         id: &str,
-        attempt: u32,
+        held: &Lease,
         lease: Duration,
     ) -> Result<Option<SystemTime>, Error> {
         let mut invocation = self.script(&SCRIPTS.extend);
-        invocation.arg(id).arg(attempt).arg(millis(lease));
+        invocation
+            .arg(id)
+            .arg(&held.member)
+            .arg(held.attempt)
+            .arg(millis(lease));
         let until: i64 = self.run(&invocation).await?;
         Ok((until > 0).then(|| system_time(until)))
     }
 
-    async fn bury(&self, id: &str, attempt: u32, reason: &str) -> Result<bool, Error> {
+    async fn bury(&self, id: &str, lease: &Lease, reason: &str) -> Result<bool, Error> {
         let mut invocation = self.script(&SCRIPTS.bury);
-        invocation.arg(id).arg(attempt).arg(reason);
+        invocation
+            .arg(id)
+            .arg(&lease.member)
+            .arg(lease.attempt)
+            .arg(reason);
         self.run(&invocation).await
     }
 }
@@ -419,7 +450,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
 
     /// Waits until at least one entry is due, then takes between 1 and `max`
     /// due entries, in order, in one round trip. `max == 0` returns an empty
-    /// vector at once.
+    /// vector at once; one call takes at most 1024, however large `max` is.
     ///
     /// # Errors
     ///
@@ -432,15 +463,30 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         if max == 0 {
             return Ok(Vec::new());
         }
-        self.take_until(max, None).await
+        self.take_until(max.min(MAX_BATCH), None).await
     }
 
-    /// A stream of deliveries: [`take`](Self::take) in a loop. It never ends;
-    /// an error is yielded and the stream goes on.
+    /// A stream of deliveries: [`take`](Self::take) in a loop. It never ends:
+    /// an error is yielded and the stream goes on, after a pause that grows
+    /// (20 ms, 40 ms, ... up to 1 s) while errors repeat.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`take`](Self::take): dropping the stream (or a `next()` future)
+    /// loses no entry.
     pub fn stream(&self) -> impl Stream<Item = Result<Delivery<T>, Error>> + Send + 'static {
-        futures::stream::unfold(self.clone(), |queue| async move {
+        let failing = Backoff::default();
+        futures::stream::unfold((self.clone(), failing), |(queue, mut failing)| async move {
+            if failing.failed() {
+                // Not a busy loop on an error that the next take repeats.
+                tokio::time::sleep(failing.next()).await;
+            }
             let next = queue.take().await;
-            Some((next, queue))
+            match next {
+                Ok(_) => failing.reset(),
+                Err(_) => failing.fail(),
+            }
+            Some((next, (queue, failing)))
         })
     }
 
@@ -472,13 +518,13 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             return Ok(Vec::new());
         }
         let mut invocation = self.inner.script(&SCRIPTS.dead_letters);
-        invocation.arg(max);
-        let rows: Vec<(String, Option<String>, u32, String)> = self.inner.run(&invocation).await?;
+        invocation.arg(max.min(MAX_LIST));
+        let rows: Vec<(String, Option<Vec<u8>>, u32, String)> = self.inner.run(&invocation).await?;
         Ok(rows
             .into_iter()
             .map(|(id, value, attempts, reason)| DeadLetter {
                 id,
-                value: value.and_then(|json| serde_json::from_str(&json).ok()),
+                value: value.and_then(|json| serde_json::from_slice(&json).ok()),
                 attempts,
                 reason,
             })
@@ -605,24 +651,31 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// dead letters, never to a consumer.
     async fn deliveries(&self, claim: Claim) -> Vec<Delivery<T>> {
         let mut taken = Vec::with_capacity(claim.items.len());
-        for (id, json, attempt, deadline, lease_until) in claim.items {
+        for claimed in claim.items {
+            let Claimed {
+                id,
+                lease,
+                json,
+                deadline,
+                lease_until,
+            } = claimed;
             let decoded = match json {
-                Some(json) => serde_json::from_str::<T>(&json).map_err(|e| e.to_string()),
+                Some(json) => serde_json::from_slice::<T>(&json).map_err(|e| e.to_string()),
                 None => Err("the value is missing".to_owned()),
             };
             match decoded {
                 Ok(value) => taken.push(Delivery::new(
                     Arc::clone(&self.inner),
                     id,
+                    lease,
                     value,
-                    attempt,
                     system_time(deadline),
                     system_time(lease_until),
                 )),
                 Err(why) => {
                     let reason = format!("value does not decode: {why}");
                     tracing::warn!(queue = %self.inner.name, id, reason, "moved to the dead letters");
-                    if let Err(error) = self.inner.bury(&id, attempt, &reason).await {
+                    if let Err(error) = self.inner.bury(&id, &lease, &reason).await {
                         // Its lease runs out and the next claim tries again.
                         tracing::warn!(queue = %self.inner.name, id, %error,
                             "could not move an undecodable entry to the dead letters");
@@ -664,6 +717,13 @@ async fn wait_within(parked: impl Future<Output = ()>, until: Option<Instant>) -
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86_400 * 365 * 30)
 }
+
+/// The most entries one claim takes: a script holds the whole server while
+/// it runs, so a batch stays a few milliseconds long.
+const MAX_BATCH: usize = 1024;
+
+/// The most dead letters one call lists (an integer Lua keeps exact).
+const MAX_LIST: usize = 1 << 31;
 
 /// Deadlines beyond this many ms since the epoch (about 142,000 years)
 /// saturate, so that every score stays an exact integer in a Lua double.

@@ -138,6 +138,15 @@ impl Backoff {
     pub(crate) fn reset(&mut self) {
         self.0 = 0;
     }
+
+    /// Counts a failure without pausing: the next `next()` pauses.
+    pub(crate) fn fail(&mut self) {
+        self.0 = self.0.saturating_add(1);
+    }
+
+    pub(crate) fn failed(&self) -> bool {
+        self.0 > 0
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
