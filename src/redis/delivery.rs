@@ -92,6 +92,26 @@ impl<T> Delivery<T> {
     /// # Errors
     ///
     /// [`Error::Redis`] if Redis cannot be reached; the entry stays leased.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped before it finished, the ack may or may not have happened; if
+    /// not, the entry is delivered again after its lease.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use punctual::redis::RedisQueue;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// # let orders: RedisQueue<u64> = RedisQueue::connect("redis://127.0.0.1:6379/", "orders").await?;
+    /// let expired = orders.take().await?;
+    /// // ... release the order's stock ...
+    /// if !expired.ack().await? {
+    ///     // The lease was lost: another consumer has (or had) this order too.
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn ack(self) -> Result<bool, Error> {
         self.queue.ack(&self.id, &self.lease).await
     }
@@ -102,6 +122,25 @@ impl<T> Delivery<T> {
     /// # Errors
     ///
     /// [`Error::Redis`] if Redis cannot be reached; the entry stays leased.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped before it finished, the retry may or may not have happened;
+    /// if not, the entry is delivered again after its lease.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use punctual::redis::RedisQueue;
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// # let orders: RedisQueue<u64> = RedisQueue::connect("redis://127.0.0.1:6379/", "orders").await?;
+    /// let expired = orders.take().await?;
+    /// // The stock service is down: try again in a minute.
+    /// expired.retry(Duration::from_secs(60)).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn retry(self, delay: Duration) -> Result<bool, Error> {
         self.queue.retry(&self.id, &self.lease, delay).await
     }
@@ -112,6 +151,28 @@ impl<T> Delivery<T> {
     /// # Errors
     ///
     /// [`Error::Redis`] if Redis cannot be reached; the lease is unchanged.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped before it finished, the lease may or may not have been
+    /// extended; [`lease_until`](Self::lease_until) keeps the old end.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use punctual::redis::RedisQueue;
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// # let orders: RedisQueue<u64> = RedisQueue::connect("redis://127.0.0.1:6379/", "orders").await?;
+    /// let mut expired = orders.take().await?;
+    /// // A long job: keep the lease while working.
+    /// if !expired.extend(Duration::from_secs(60)).await? {
+    ///     return Ok(()); // lost: someone else has it now
+    /// }
+    /// expired.ack().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn extend(&mut self, lease: Duration) -> Result<bool, Error> {
         match self.queue.extend(&self.id, &self.lease, lease).await? {
             Some(until) => {

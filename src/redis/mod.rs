@@ -64,8 +64,10 @@
 //! insertion order: equal deadlines come out FIFO. Generated ids are `#`
 //! followed by that counter in decimal. A claim takes members with score ≤
 //! now in order, sets the score and `leases` to now + lease and increments
-//! `attempts`; ack deletes the id from every key; a lease is held while
-//! `leases` has the id and `attempts` is the delivery's attempt. The channel
+//! `attempts`; ack deletes the id from every key. A delivery is identified by
+//! its member and attempt: its lease is held while `leases` has the id, `ids`
+//! still maps the id to that member (insert, retry, reset and requeue give a
+//! new one) and `attempts` is still that attempt. The channel
 //! `punctual:{name}:wake` carries the new head's due time.
 //!
 //! # Durability

@@ -313,6 +313,20 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// [`Error::InvalidId`] for an empty id or one over 512 bytes; otherwise
     /// as [`insert`](Self::insert).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use punctual::redis::RedisQueue;
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// # let orders: RedisQueue<u64> = RedisQueue::connect("redis://127.0.0.1:6379/", "orders").await?;
+    /// // A retried request inserts once.
+    /// assert!(orders.insert_with_id("order-17", &17, Duration::from_secs(1800)).await?);
+    /// assert!(!orders.insert_with_id("order-17", &17, Duration::from_secs(1800)).await?);
+    /// # Ok(()) }
+    /// ```
     pub async fn insert_with_id(
         &self,
         id: &str,
@@ -357,6 +371,20 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// # Errors
     ///
     /// [`Error::InvalidId`], or [`Error::Redis`] if Redis cannot be reached.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use punctual::redis::RedisQueue;
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// # let orders: RedisQueue<u64> = RedisQueue::connect("redis://127.0.0.1:6379/", "orders").await?;
+    /// // The customer asked for more time.
+    /// orders.reset("order-17", Duration::from_secs(3600)).await?;
+    /// let due = orders.deadline("order-17").await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn reset(&self, id: &str, delay: Duration) -> Result<bool, Error> {
         check_id(id)?;
         let mut invocation = self.inner.script(&SCRIPTS.reset);
@@ -436,6 +464,24 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// [`Error::Redis`] if Redis cannot be reached, or anything
     /// [`take`](Self::take) reports.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`take`](Self::take).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use punctual::redis::RedisQueue;
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// # let orders: RedisQueue<u64> = RedisQueue::connect("redis://127.0.0.1:6379/", "orders").await?;
+    /// while let Some(expired) = orders.try_take().await? {
+    ///     expired.ack().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn try_take(&self) -> Result<Option<Delivery<T>>, Error> {
         loop {
             let claim = self.inner.claim(1).await?;
@@ -459,6 +505,21 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// # Cancel safety
     ///
     /// As [`take`](Self::take).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use punctual::redis::RedisQueue;
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// # let orders: RedisQueue<u64> = RedisQueue::connect("redis://127.0.0.1:6379/", "orders").await?;
+    /// for expired in orders.take_many(16).await? {
+    ///     println!("order {} expired", expired.value());
+    ///     expired.ack().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn take_many(&self, max: usize) -> Result<Vec<Delivery<T>>, Error> {
         if max == 0 {
             return Ok(Vec::new());
@@ -474,6 +535,23 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// As [`take`](Self::take): dropping the stream (or a `next()` future)
     /// loses no entry.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use punctual::redis::RedisQueue;
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// # let orders: RedisQueue<u64> = RedisQueue::connect("redis://127.0.0.1:6379/", "orders").await?;
+    /// use futures::StreamExt;
+    ///
+    /// let mut expired = std::pin::pin!(orders.stream());
+    /// while let Some(order) = expired.next().await {
+    ///     order?.ack().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn stream(&self) -> impl Stream<Item = Result<Delivery<T>, Error>> + Send + 'static {
         let failing = Backoff::default();
         futures::stream::unfold((self.clone(), failing), |(queue, mut failing)| async move {
@@ -495,6 +573,19 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// # Errors
     ///
     /// [`Error::Redis`] if Redis cannot be reached.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use punctual::redis::RedisQueue;
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// # let orders: RedisQueue<u64> = RedisQueue::connect("redis://127.0.0.1:6379/", "orders").await?;
+    /// let stats = orders.stats().await?;
+    /// println!("{} pending, {} due, {} leased, {} dead", stats.pending, stats.due, stats.leased, stats.dead);
+    /// # Ok(()) }
+    /// ```
     pub async fn stats(&self) -> Result<RedisStats, Error> {
         let invocation = self.inner.script(&SCRIPTS.stats);
         let (pending, due, leased, dead): (u64, u64, u64, u64) =
@@ -537,6 +628,21 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// # Errors
     ///
     /// [`Error::InvalidId`], or [`Error::Redis`] if Redis cannot be reached.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use punctual::redis::RedisQueue;
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// # let orders: RedisQueue<u64> = RedisQueue::connect("redis://127.0.0.1:6379/", "orders").await?;
+    /// for letter in orders.dead_letters(100).await? {
+    ///     println!("{} died after {} attempts: {}", letter.id, letter.attempts, letter.reason);
+    ///     orders.requeue_dead(&letter.id, Duration::ZERO).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn requeue_dead(&self, id: &str, delay: Duration) -> Result<bool, Error> {
         check_id(id)?;
         let mut invocation = self.inner.script(&SCRIPTS.requeue_dead);
@@ -548,6 +654,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     }
 
     /// Deletes every key of this queue: entries, leases and dead letters.
+    ///
+    /// The sequence restarts too, so an entry inserted after a purge may get
+    /// the schedule member of one from before it: do not ack, retry or
+    /// extend deliveries taken before a purge.
     ///
     /// # Errors
     ///
