@@ -276,3 +276,45 @@ async fn a_value_that_is_not_utf8_goes_to_the_dead_letters() {
         (bad.as_str(), None, 0)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_insert_ends_a_wait_that_trusted_the_last_claim() {
+    let server = RedisServer::start();
+    // A poll interval longer than the test: only announcements can serve.
+    let q = queue(&server, "hint", Duration::from_secs(30), 10, WAIT).await;
+    q.insert(&1, Duration::from_secs(3600)).await.unwrap();
+    // This claim records "nothing due for an hour" for the whole process.
+    assert!(q.try_take().await.unwrap().is_none());
+    q.insert(&2, Duration::ZERO).await.unwrap();
+    let taken = timeout(Duration::from_secs(3), q.take()).await;
+    let delivery = taken.expect("the wait trusted a stale head").unwrap();
+    assert_eq!(*delivery.value(), 2);
+
+    // The same with the listener running and a consumer already leading.
+    let leader = tokio::spawn({
+        let q = q.clone();
+        async move { q.take().await.map(|d| d.into_value()) }
+    });
+    sleep(ms(200)).await;
+    let follower = tokio::spawn({
+        let q = q.clone();
+        async move { q.take().await.map(|d| d.into_value()) }
+    });
+    sleep(ms(100)).await;
+    q.insert(&3, Duration::ZERO).await.unwrap();
+    q.insert(&4, ms(50)).await.unwrap();
+    let mut got = vec![
+        timeout(Duration::from_secs(3), leader)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap(),
+        timeout(Duration::from_secs(3), follower)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap(),
+    ];
+    got.sort_unstable();
+    assert_eq!(got, [3, 4]);
+}

@@ -678,9 +678,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let waiter = &self.inner.waiter;
         let mut lead = None;
         let mut backoff = Backoff::default();
-        // Set when a follower wakes and this process's last claim said
-        // nothing is due before then: it waits instead of asking again.
-        let mut known_idle_until = None;
+        // Set while this process's last claim said nothing is due before
+        // then: the consumer waits instead of asking again. Only an insert,
+        // reset, retry or requeue can make an entry due earlier, and each
+        // announces itself (a kick cuts the leader's nap short).
+        let mut known_idle_until = waiter.next_due().filter(|due| *due > Instant::now());
         loop {
             let next_due = match known_idle_until.take() {
                 Some(next_due) => next_due,
