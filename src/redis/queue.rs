@@ -288,7 +288,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// # Ok(()) }
     /// ```
     pub async fn insert(&self, value: &T, delay: Duration) -> Result<String, Error> {
-        self.put("", value, 'd', millis(delay))
+        self.put("", value, "d", millis(delay))
             .await
             .map(|(_, id)| id)
     }
@@ -301,7 +301,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// As [`insert`](Self::insert).
     pub async fn insert_at(&self, value: &T, at: SystemTime) -> Result<String, Error> {
         let at = at.duration_since(UNIX_EPOCH).map_or(0, millis);
-        self.put("", value, 'a', at).await.map(|(_, id)| id)
+        self.put("", value, "a", at).await.map(|(_, id)| id)
     }
 
     /// Inserts `value` under the caller's `id`, due `delay` from now. If an
@@ -334,18 +334,18 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         delay: Duration,
     ) -> Result<bool, Error> {
         check_id(id)?;
-        self.put(id, value, 'd', millis(delay))
+        self.put(id, value, "d", millis(delay))
             .await
             .map(|(inserted, _)| inserted)
     }
 
-    async fn put(&self, id: &str, value: &T, kind: char, ms: u64) -> Result<(bool, String), Error> {
+    async fn put(&self, id: &str, value: &T, kind: &str, ms: u64) -> Result<(bool, String), Error> {
         let json = serde_json::to_string(value).map_err(Error::Encode)?;
         let mut invocation = self.inner.script(&SCRIPTS.insert);
         invocation
             .arg(id)
             .arg(json)
-            .arg(kind.to_string())
+            .arg(kind)
             .arg(ms)
             .arg(&self.inner.keys.channel);
         let (inserted, id): (bool, String) = self.inner.run(&invocation).await?;
