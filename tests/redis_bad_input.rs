@@ -7,56 +7,17 @@
 
 mod common;
 
+use common::redis_queue::{HOUR, WAIT, builder, ms, open, wall, within};
 use common::redis_server::RedisServer;
 use futures::StreamExt;
-use punctual::redis::{Error, RedisQueue, RedisQueueBuilder, RedisStats};
-use serde::de::DeserializeOwned;
+use punctual::redis::{Error, RedisQueue, RedisStats};
 use serde::{Deserialize, Serialize, Serializer};
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::future::Future;
 use std::pin::pin;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
-/// Bound for anything that is expected to happen (never reached when green).
-const WAIT: Duration = Duration::from_secs(10);
-const POLL: Duration = Duration::from_millis(50);
-const HOUR: Duration = Duration::from_secs(3600);
 const YEAR: Duration = Duration::from_secs(365 * 86_400);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// The wall clock of this machine, which is also the Redis server's clock.
-#[allow(clippy::disallowed_methods)] // Redis decides with the real clock
-fn wall() -> SystemTime {
-    SystemTime::now()
-}
-
-fn builder<T>(server: &RedisServer, name: &str) -> RedisQueueBuilder<T>
-where
-    T: Serialize + DeserializeOwned + Send + Sync + 'static,
-{
-    RedisQueue::builder(name)
-        .url(&server.url())
-        .lease(ms(300))
-        .poll_interval(POLL)
-}
-
-async fn open<T>(server: &RedisServer, name: &str) -> RedisQueue<T>
-where
-    T: Serialize + DeserializeOwned + Send + Sync + 'static,
-{
-    builder(server, name).build().await.expect("connect")
-}
-
-/// `fut`, or a panic naming `what` if it takes longer than `WAIT`.
-async fn within<F: Future>(what: &str, fut: F) -> F::Output {
-    tokio::time::timeout(WAIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: not done after {WAIT:?}"))
-}
 
 /// Every key on the server, sorted.
 fn keys(server: &RedisServer) -> Vec<String> {

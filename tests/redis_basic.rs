@@ -9,80 +9,16 @@
 
 mod common;
 
+use common::redis_queue::{
+    HOUR, SLACK, WAIT, assert_between, builder, eventually, ms, open, wall, within,
+};
 use common::redis_server::RedisServer;
 use futures::StreamExt;
-use punctual::redis::{RedisQueue, RedisQueueBuilder, RedisStats};
+use punctual::redis::{RedisQueue, RedisStats};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use std::future::Future;
 use std::pin::pin;
-use std::time::{Duration, SystemTime};
-
-/// Bound for anything that is expected to happen (never reached when green).
-const WAIT: Duration = Duration::from_secs(10);
-const LEASE: Duration = Duration::from_millis(300);
-const POLL: Duration = Duration::from_millis(50);
-const HOUR: Duration = Duration::from_secs(3600);
-/// Slack on time checks: the server keeps milliseconds, rounded down.
-const SLACK: Duration = Duration::from_millis(5);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// The wall clock of this machine, which is also the Redis server's clock.
-#[allow(clippy::disallowed_methods)] // Redis decides with the real clock
-fn wall() -> SystemTime {
-    SystemTime::now()
-}
-
-fn builder<T>(server: &RedisServer, name: &str) -> RedisQueueBuilder<T>
-where
-    T: Serialize + DeserializeOwned + Send + Sync + 'static,
-{
-    RedisQueue::builder(name)
-        .url(&server.url())
-        .lease(LEASE)
-        .poll_interval(POLL)
-}
-
-async fn open<T>(server: &RedisServer, name: &str) -> RedisQueue<T>
-where
-    T: Serialize + DeserializeOwned + Send + Sync + 'static,
-{
-    builder(server, name).build().await.expect("connect")
-}
-
-/// `fut`, or a panic naming `what` if it takes longer than `WAIT`.
-async fn within<F: Future>(what: &str, fut: F) -> F::Output {
-    tokio::time::timeout(WAIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: not done after {WAIT:?}"))
-}
-
-/// Polls `check` until it holds; panics naming `what` after `WAIT`.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let give_up = tokio::time::Instant::now() + WAIT;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < give_up,
-            "{what}: not true after {WAIT:?}"
-        );
-        tokio::time::sleep(ms(20)).await;
-    }
-}
-
-/// Asserts `lo - SLACK <= t <= hi + SLACK`.
-fn assert_between(t: SystemTime, lo: SystemTime, hi: SystemTime, what: &str) {
-    assert!(
-        t + SLACK >= lo && t <= hi + SLACK,
-        "{what}: {t:?} not within [{lo:?}, {hi:?}]"
-    );
-}
+use std::time::Duration;
 
 /// Moves `id`, which must be the only due entry of queue `name`, to the dead
 /// letters: one delivery without ack through a handle with `max_attempts(1)`,

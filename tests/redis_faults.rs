@@ -16,12 +16,12 @@
 
 mod common;
 
+use common::redis_queue::{HOUR, finish};
 use common::redis_server::RedisServer;
 use punctual::redis::{Delivery, Error, RedisQueue, RedisStats};
 use std::collections::BTreeSet;
 use std::future::Future;
-use std::io::Read;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -35,8 +35,6 @@ const DOWN_PATIENCE: Duration = Duration::from_secs(20);
 /// Short leases, so a lost one comes back quickly.
 const LEASE: Duration = Duration::from_millis(300);
 const POLL: Duration = Duration::from_millis(100);
-/// A delay no test reaches: the entry stays pending.
-const HOUR: Duration = Duration::from_secs(3600);
 
 const CHILD: &str = "PUNCTUAL_TEST_CHILD";
 const CHILD_URL: &str = "PUNCTUAL_TEST_REDIS_URL";
@@ -319,12 +317,12 @@ fn an_entry_leased_to_a_process_that_aborts_is_delivered_again() {
         q
     });
 
-    let child = spawn_child(
+    let mut child = spawn_child(
         TEST,
         "abort-holding-lease",
         &[(CHILD_URL, server.url()), (CHILD_QUEUE, "abort".to_owned())],
     );
-    let (status, stdout, stderr) = finish(child, 3 * PATIENCE);
+    let (status, stdout, stderr) = finish(&mut child, 3 * PATIENCE);
     assert!(
         !status.success(),
         "the child should have aborted: {status:?}\n{stderr}"
@@ -792,35 +790,4 @@ fn spawn_child(test: &str, mode: &str, env: &[(&str, String)]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn the child test process")
-}
-
-/// Waits (at most `patience`) for `child` to exit; its status, stdout and
-/// stderr. Kills it and panics if it takes longer.
-fn finish(mut child: Child, patience: Duration) -> (ExitStatus, String, String) {
-    fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = pipe.read_to_string(&mut text);
-            text
-        })
-    }
-    let stdout = drain(child.stdout.take().unwrap());
-    let stderr = drain(child.stderr.take().unwrap());
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > patience {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "child still running after {patience:?}:\n{}\n{}",
-                stdout.join().unwrap(),
-                stderr.join().unwrap()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    (status, stdout.join().unwrap(), stderr.join().unwrap())
 }

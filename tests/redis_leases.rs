@@ -9,74 +9,14 @@
 
 mod common;
 
+use common::redis_queue::{
+    HOUR, LEASE, SLACK, WAIT, assert_between, builder, eventually, ms, next, open, wall,
+};
 use common::redis_server::RedisServer;
-use punctual::redis::{Delivery, RedisQueue, RedisQueueBuilder, RedisStats};
+use punctual::redis::{RedisQueue, RedisStats};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use std::future::Future;
 use std::time::{Duration, SystemTime};
-
-/// Bound for anything that is expected to happen (never reached when green).
-const WAIT: Duration = Duration::from_secs(10);
-const LEASE: Duration = Duration::from_millis(300);
-const POLL: Duration = Duration::from_millis(50);
-const HOUR: Duration = Duration::from_secs(3600);
-/// Slack on time checks: the server keeps milliseconds, rounded down.
-const SLACK: Duration = Duration::from_millis(5);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// The wall clock of this machine, which is also the Redis server's clock.
-#[allow(clippy::disallowed_methods)] // Redis decides with the real clock
-fn wall() -> SystemTime {
-    SystemTime::now()
-}
-
-fn builder<T>(server: &RedisServer, name: &str) -> RedisQueueBuilder<T>
-where
-    T: Serialize + DeserializeOwned + Send + Sync + 'static,
-{
-    RedisQueue::builder(name)
-        .url(&server.url())
-        .lease(LEASE)
-        .poll_interval(POLL)
-}
-
-async fn open<T>(server: &RedisServer, name: &str) -> RedisQueue<T>
-where
-    T: Serialize + DeserializeOwned + Send + Sync + 'static,
-{
-    builder(server, name).build().await.expect("connect")
-}
-
-/// The next delivery, or a panic if none comes within `WAIT`.
-async fn next<T>(q: &RedisQueue<T>) -> Delivery<T>
-where
-    T: Serialize + DeserializeOwned + Send + Sync + 'static,
-{
-    q.take_timeout(WAIT)
-        .await
-        .unwrap()
-        .unwrap_or_else(|| panic!("no delivery within {WAIT:?}"))
-}
-
-/// Polls `check` until it holds; panics naming `what` after `WAIT`.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let give_up = tokio::time::Instant::now() + WAIT;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < give_up,
-            "{what}: not true after {WAIT:?}"
-        );
-        tokio::time::sleep(ms(20)).await;
-    }
-}
 
 /// Waits until `until` has passed and the server counts the (only) leased
 /// entry of `q` as due again, without taking it.
@@ -91,13 +31,6 @@ where
         stats.leased == 0 && stats.due == 1
     })
     .await;
-}
-
-fn assert_between(t: SystemTime, lo: SystemTime, hi: SystemTime, what: &str) {
-    assert!(
-        t + SLACK >= lo && t <= hi + SLACK,
-        "{what}: {t:?} not within [{lo:?}, {hi:?}]"
-    );
 }
 
 // ---------------------------------------------------------------- ack

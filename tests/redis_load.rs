@@ -16,13 +16,13 @@
 mod common;
 
 use common::Rng;
+use common::redis_queue::finish;
 use common::redis_server::RedisServer;
 use futures::StreamExt;
 use punctual::redis::{RedisQueue, RedisStats};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -421,35 +421,4 @@ fn spawn_consumers(url: &str, index: u64, stop_file: &Path) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn a consumer process")
-}
-
-/// Waits (at most `patience`) for `child` to exit; its status, stdout and
-/// stderr. Kills it and panics if it takes longer.
-fn finish(child: &mut Child, patience: Duration) -> (ExitStatus, String, String) {
-    fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = pipe.read_to_string(&mut text);
-            text
-        })
-    }
-    let stdout = drain(child.stdout.take().unwrap());
-    let stderr = drain(child.stderr.take().unwrap());
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > patience {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "child still running after {patience:?}:\n{}\n{}",
-                stdout.join().unwrap(),
-                stderr.join().unwrap()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    (status, stdout.join().unwrap(), stderr.join().unwrap())
 }

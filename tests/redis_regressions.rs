@@ -9,6 +9,7 @@
 
 mod common;
 
+use common::redis_queue::{WAIT, ms};
 use common::redis_server::RedisServer;
 use futures::StreamExt;
 use punctual::redis::RedisQueue;
@@ -16,12 +17,6 @@ use punctual::redis::client as redis;
 use std::time::Duration;
 use tokio::task::block_in_place;
 use tokio::time::{Instant, sleep, timeout};
-
-const WAIT: Duration = Duration::from_secs(10);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 async fn queue(
     server: &RedisServer,

@@ -33,4 +33,6 @@ impl Drop for Bomb {
     }
 }
 
+#[cfg(feature = "redis")]
+pub mod redis_queue;
 pub mod redis_server;
