@@ -6,9 +6,11 @@
 //! one at a time: when the leader leaves (with an entry, or dropped) and when
 //! a claim saw more entries due than it took. So an idle queue costs one
 //! request per `poll_interval` per process however many consumers wait.
-//! A follower that takes over from a leader that left with an entry does not
-//! ask Redis again if the last claim said when the next entry is due: it
-//! naps until then (new announcements still cut the nap short).
+//! A consumer that starts waiting (one coming back for more, or a follower
+//! taking over from a leader that left) does not ask Redis if the last claim
+//! of the process said nothing is due yet: it waits until then. Only an
+//! insert, reset, retry or requeue can make an entry due earlier, and those
+//! announce themselves, which cuts the leader's nap short.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
