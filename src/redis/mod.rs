@@ -45,8 +45,9 @@
 //!
 //! A queue named `name` owns these keys, all under the hash tag `{name}` so a
 //! Redis Cluster keeps them in one slot. A service in another language can
-//! share the queue by running the same steps (the scripts are in
-//! `src/redis/scripts.rs`).
+//! share the queue by running the same scripts: `src/redis/scripts/*.lua`,
+//! each opening with its keys, arguments and reply, put together with the
+//! helpers of `scripts/lib/` as `src/redis/scripts.rs` lists.
 //!
 //! | key | type | contents |
 //! |---|---|---|
