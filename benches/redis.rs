@@ -30,7 +30,8 @@
 //! markdown table. `REDIS_BENCH_SCALING=1` adds a drain run with 1, 8, 32
 //! and 64 consumers.
 
-#[path = "support/redis_server.rs"]
+#[allow(dead_code)] // the tests use the rest of it
+#[path = "../tests/common/redis_server.rs"]
 mod redis_server;
 
 use punctual::redis::RedisQueue;
@@ -876,7 +877,7 @@ impl Metric {
 }
 
 fn main() {
-    let server = RedisServer::start();
+    let server = RedisServer::start_in_memory();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -890,7 +891,7 @@ async fn bench(server: &RedisServer) {
     println!();
     println!(
         "{} on {} (persistence off); {} CPUs; tokio multi-thread runtime; R = {R} runs per workload",
-        RedisServer::version(),
+        redis_server_version(),
         server.url(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
@@ -899,7 +900,7 @@ async fn bench(server: &RedisServer) {
         .get_multiplexed_async_connection()
         .await
         .expect("control connection");
-    let proxy = Proxy::start(server.addr()).await;
+    let proxy = Proxy::start(SocketAddr::from((Ipv4Addr::LOCALHOST, server.port()))).await;
     let url = server.url();
 
     // 1. inserts
@@ -1086,4 +1087,13 @@ async fn bench(server: &RedisServer) {
         "\ntotal bench time: {:.1} s",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// `redis-server --version`'s first line, for the report.
+fn redis_server_version() -> String {
+    std::process::Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
 }

@@ -3,8 +3,9 @@
 //! Each [`RedisServer`] runs its own `redis-server` from `PATH` on a free
 //! loopback port (never 6379) with its own temporary directory, and an
 //! append-only file fsynced on every write, so [`RedisServer::restart`]
-//! brings the data back. Dropping it kills the process and removes the
-//! directory. Everything here is blocking std code, usable from inside or
+//! brings the data back ([`RedisServer::start_in_memory`] runs one without
+//! persistence, for the bench). Dropping it kills the process and removes
+//! the directory. Everything here is blocking std code, usable from inside or
 //! outside a Tokio runtime.
 
 use std::fs;
@@ -37,6 +38,8 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    /// Append-only file fsynced on every write, or no persistence at all.
+    durable: bool,
 }
 
 /// One RESP2 reply, as read by [`RedisServer::command`].
@@ -80,10 +83,21 @@ impl RedisServer {
     ///
     /// Panics if `redis-server` is not on `PATH` or does not come up.
     pub fn start() -> RedisServer {
+        Self::start_with(true)
+    }
+
+    /// As [`start`](Self::start), with persistence off (`--appendonly no`),
+    /// so measurements see the queue, not the disk.
+    pub fn start_in_memory() -> RedisServer {
+        Self::start_with(false)
+    }
+
+    fn start_with(durable: bool) -> RedisServer {
         let mut server = RedisServer {
             child: None,
             port: 0,
             dir: fresh_dir(),
+            durable,
         };
         let mut last_failure = String::new();
         for _ in 0..SPAWN_ATTEMPTS {
@@ -193,7 +207,11 @@ impl RedisServer {
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--dir"])
             .arg(&self.dir)
-            .args(["--appendonly", "yes", "--appendfsync", "always"])
+            .args(if self.durable {
+                ["--appendonly", "yes", "--appendfsync", "always"]
+            } else {
+                ["--appendonly", "no", "--appendfsync", "no"]
+            })
             .args(["--save", ""])
             .args(["--daemonize", "no", "--protected-mode", "no"])
             .args(["--loglevel", "warning", "--logfile"])
