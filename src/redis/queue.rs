@@ -19,6 +19,7 @@ use super::error::{Error, check_id};
 use super::scripts::{Keys, SCRIPTS};
 use super::wait::{Backoff, Waiter};
 use super::{DeadLetter, RedisStats};
+use crate::queue::deadline_after;
 
 /// A delay queue kept in Redis, shared by every process that opens it by
 /// name; see the [module docs](super) for its guarantees and key layout.
@@ -131,7 +132,7 @@ impl Inner {
         let wait = claim.head.map_or(self.poll_interval, |head| {
             Duration::from_millis(u64::try_from(head - claim.now).unwrap_or(0))
         });
-        let next_due = Instant::now().checked_add(wait).unwrap_or_else(far_future);
+        let next_due = deadline_after(Instant::now(), wait);
         self.waiter.set_next_due(next_due);
         next_due
     }
@@ -451,9 +452,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     ///
     /// As [`take`](Self::take).
     pub async fn take_timeout(&self, timeout: Duration) -> Result<Option<Delivery<T>>, Error> {
-        let until = Instant::now()
-            .checked_add(timeout)
-            .unwrap_or_else(far_future);
+        let until = deadline_after(Instant::now(), timeout);
         let mut taken = self.take_until(1, Some(until)).await?;
         Ok(taken.pop())
     }
@@ -801,7 +800,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
 
 /// Sleeps `pause`, but not past `until`; `false` if `until` came first.
 async fn sleep_within(pause: Duration, until: Option<Instant>) -> bool {
-    let wake = Instant::now().checked_add(pause).unwrap_or_else(far_future);
+    let wake = deadline_after(Instant::now(), pause);
     match until {
         Some(until) if until <= wake => {
             tokio::time::sleep_until(until).await;
@@ -823,11 +822,6 @@ async fn wait_within(parked: impl Future<Output = ()>, until: Option<Instant>) -
         }
         Some(until) => tokio::time::timeout_at(until, parked).await.is_ok(),
     }
-}
-
-/// An instant no test or service reaches (about 30 years on).
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(86_400 * 365 * 30)
 }
 
 /// The most entries one claim takes: a script holds the whole server while
