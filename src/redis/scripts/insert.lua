@@ -3,9 +3,11 @@
 -- 'd' (ARGV[4] is a delay) or 'a' (ARGV[4] is a time), ms, channel.
 -- Returns {1, id} if inserted, {0, id} if the id was taken (nothing changed).
 -- Atomic: the id check and the writes run as one script.
-local e = ensure(IDS, 'hash') or ensure(VALUES, 'hash') or ensure(SEQ, 'string')
-if e then return e end
 local id = ARGV[1]
+-- A given id is looked up (a read that checks `ids`); a generated one is
+-- looked up only after the sequence is taken, so `ids` is checked first.
+local e = ensure(VALUES, 'hash') or ensure(SEQ, 'string') or (id == '' and ensure(IDS, 'hash'))
+if e then return e end
 if id ~= '' and redis.call('HEXISTS', IDS, id) == 1 then return {0, id} end
 local old_head = head()
 local at = tonumber(ARGV[4])
