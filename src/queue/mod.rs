@@ -6,16 +6,18 @@ mod heap;
 mod model_check;
 mod state;
 mod stream;
+mod timers;
 mod wait;
+mod wheel;
 
 pub use full::Full;
 pub use stream::{StreamNext, TakeStream};
 
-use heap::SlotKey;
 use state::{Shared, Wake};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
+use timers::SlotKey;
 use tokio::time::Instant;
 
 /// A queue of values that each become available at a deadline, shared by any
@@ -319,12 +321,12 @@ impl<T> DelayQueue<T> {
     pub fn try_insert_at(&self, value: T, deadline: Instant) -> Result<Key, Full<T>> {
         let mut state = self.shared.lock();
         // Checked under the lock, so concurrent producers cannot overshoot.
-        if self.bound.is_some_and(|max| state.heap.len() >= max) {
+        if self.bound.is_some_and(|max| state.timers.len() >= max) {
             drop(state);
             return Err(Full(value));
         }
-        let before = state.heap.head();
-        let slot = state.heap.insert(value, deadline);
+        let before = state.watched_head();
+        let slot = state.timers.insert(value, deadline);
         let key = Key {
             slot: slot.index,
             generation: slot.generation,
@@ -357,7 +359,7 @@ impl<T> DelayQueue<T> {
     pub fn try_take(&self) -> Option<T> {
         let now = Instant::now();
         let mut state = self.shared.lock();
-        let value = state.heap.pop_due(now);
+        let value = state.timers.pop_due(now);
         self.shared.unlock_and_wake(state, Wake::NONE);
         value
     }
@@ -478,7 +480,7 @@ impl<T> DelayQueue<T> {
         let now = Instant::now();
         let mut state = self.shared.lock();
         while out.len() < max {
-            match state.heap.pop_due(now) {
+            match state.timers.pop_due(now) {
                 Some(value) => out.push(value),
                 None => break,
             }
@@ -507,8 +509,8 @@ impl<T> DelayQueue<T> {
         if key.queue != state.id {
             return None;
         }
-        let before = state.heap.head();
-        let value = state.heap.remove(key.slot_key());
+        let before = state.watched_head();
+        let value = state.timers.remove(key.slot_key());
         let wake = state.head_changed(before);
         self.shared.unlock_and_wake(state, wake);
         value
@@ -567,8 +569,8 @@ impl<T> DelayQueue<T> {
         if key.queue != state.id {
             return false;
         }
-        let before = state.heap.head();
-        let moved = state.heap.reset(key.slot_key(), deadline);
+        let before = state.watched_head();
+        let moved = state.timers.reset(key.slot_key(), deadline);
         let wake = state.head_changed(before);
         self.shared.unlock_and_wake(state, wake);
         moved
@@ -596,7 +598,7 @@ impl<T> DelayQueue<T> {
         if key.queue != state.id {
             return None;
         }
-        state.heap.deadline(key.slot_key())
+        state.timers.deadline(key.slot_key())
     }
 
     /// Whether the entry inserted as `key` is still queued.
@@ -615,7 +617,7 @@ impl<T> DelayQueue<T> {
     /// ```
     pub fn contains(&self, key: Key) -> bool {
         let state = self.shared.lock();
-        key.queue == state.id && state.heap.contains(key.slot_key())
+        key.queue == state.id && state.timers.contains(key.slot_key())
     }
 
     /// The earliest deadline in the queue, due or not.
@@ -632,7 +634,7 @@ impl<T> DelayQueue<T> {
     /// assert_eq!(queue.peek_deadline(), queue.deadline(key));
     /// ```
     pub fn peek_deadline(&self) -> Option<Instant> {
-        self.shared.lock().heap.peek_deadline()
+        self.shared.lock().timers.peek_deadline()
     }
 
     /// The number of queued entries, due or not.
@@ -648,7 +650,7 @@ impl<T> DelayQueue<T> {
     /// assert_eq!(queue.len(), 1);
     /// ```
     pub fn len(&self) -> usize {
-        self.shared.lock().heap.len()
+        self.shared.lock().timers.len()
     }
 
     /// Whether the queue holds no entries.
@@ -662,7 +664,7 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.shared.lock().heap.is_empty()
+        self.shared.lock().timers.is_empty()
     }
 
     /// Removes every entry. Consumers waiting in `take` keep waiting for the
@@ -686,10 +688,10 @@ impl<T> DelayQueue<T> {
     /// ```
     pub fn clear(&self) {
         let mut state = self.shared.lock();
-        let before = state.heap.head();
+        let before = state.watched_head();
         // A fresh identity makes every earlier key foreign, so slots can be
         // reused from generation zero without aliasing.
-        let old = std::mem::replace(&mut state.heap, heap::Heap::with_capacity(0));
+        let old = std::mem::replace(&mut state.timers, timers::Timers::with_capacity(0));
         state.id = state::next_queue_id();
         let wake = state.head_changed(before);
         self.shared.unlock_and_wake(state, wake);
@@ -701,8 +703,8 @@ impl<T> DelayQueue<T> {
     /// under the queue's lock: it must not use the queue.
     pub(crate) fn remove_if(&self, pred: impl FnMut(&T, Instant) -> bool) -> Vec<T> {
         let mut state = self.shared.lock();
-        let before = state.heap.head();
-        let removed = state.heap.remove_if(pred);
+        let before = state.watched_head();
+        let removed = state.timers.remove_if(pred);
         let wake = state.head_changed(before);
         self.shared.unlock_and_wake(state, wake);
         removed
@@ -755,11 +757,11 @@ impl<T> Default for DelayQueue<T> {
 
 impl<T> fmt::Debug for DelayQueue<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = self.shared.lock();
+        let mut state = self.shared.lock();
         f.debug_struct("DelayQueue")
-            .field("len", &state.heap.len())
+            .field("len", &state.timers.len())
             .field("bound", &self.bound)
-            .field("next_deadline", &state.heap.peek_deadline())
+            .field("next_deadline", &state.timers.peek_deadline())
             .field("waiting", &state.parked)
             .finish()
     }

@@ -2,7 +2,7 @@
 //!
 //! Ground rules:
 //!
-//! - One `std::sync::Mutex` guards [`State`]: the heap and the bookkeeping of
+//! - One `std::sync::Mutex` guards [`State`]: the timers (wheel and near heap) and the bookkeeping of
 //!   waiting consumers. It is never held across an `.await`, never held while
 //!   waking a task, and never held while a user value is dropped (a `Drop`
 //!   impl may call back into the queue).
@@ -17,7 +17,7 @@
 //!   next clears `waking` and takes on the duty: it takes the head, leads, or
 //!   follows a leader that exists.
 
-use super::heap::{HeadId, Heap};
+use super::timers::{HeadId, Timers};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::sync::Notify;
@@ -40,7 +40,7 @@ pub(crate) struct Shared<T> {
 #[derive(Debug)]
 #[cfg_attr(test, derive(Clone))]
 pub(crate) struct State<T> {
-    pub(crate) heap: Heap<T>,
+    pub(crate) timers: Timers<T>,
     /// This queue's identity; `clear` gives it a new one.
     pub(crate) id: u64,
     /// The waiter timing the head's deadline, if any.
@@ -61,7 +61,7 @@ impl<T> Shared<T> {
     pub(crate) fn new(capacity: usize) -> Self {
         Shared {
             state: Mutex::new(State {
-                heap: Heap::with_capacity(capacity),
+                timers: Timers::with_capacity(capacity),
                 id: next_queue_id(),
                 leader: None,
                 parked: 0,
@@ -73,7 +73,7 @@ impl<T> Shared<T> {
     }
 
     /// Locks the state. A panic while the lock was held cannot leave the
-    /// heap half-updated (user code never runs under the lock), so poisoning
+    /// queue half-updated (user code never runs under the lock), so poisoning
     /// is ignored.
     pub(crate) fn lock(&self) -> MutexGuard<'_, State<T>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
@@ -98,12 +98,26 @@ impl<T> State<T> {
     /// at 09:00 becomes the head. Without this, every consumer sleeps through
     /// 09:00 because the only timer is set for 10:00.
     pub(crate) fn head_changed(&mut self, before: Option<HeadId>) -> Wake {
-        if self.heap.head() == before {
+        // With nobody parked there is nobody to wake, and `before` was not
+        // looked up (see `watched_head`).
+        if self.parked == 0 || self.timers.head() == before {
             return Wake(false);
         }
         // The leader's timer is for the old head: whoever is woken re-arms.
         self.leader = None;
         self.wake_one()
+    }
+
+    /// The head as [`head_changed`](State::head_changed) needs it before a
+    /// mutation. Finding the head may open wheel buckets ahead of the clock,
+    /// so it is only looked up when a consumer waits: inserting into a queue
+    /// nobody waits on stays O(1).
+    pub(crate) fn watched_head(&mut self) -> Option<HeadId> {
+        if self.parked == 0 {
+            None
+        } else {
+            self.timers.head()
+        }
     }
 
     /// Called whenever a consumer stops waiting (with an entry, on timeout or
@@ -113,7 +127,7 @@ impl<T> State<T> {
     /// second entry is queued; the followers wait untimed, so without a
     /// successor nobody would ever time the second entry.
     pub(crate) fn after_leave(&mut self) -> Wake {
-        if self.leader.is_none() && !self.heap.is_empty() {
+        if self.leader.is_none() && !self.timers.is_empty() {
             self.wake_one()
         } else {
             Wake(false)
@@ -139,7 +153,7 @@ impl<T> State<T> {
     #[inline]
     pub(crate) fn check(&self) {
         debug_assert!(
-            self.parked == 0 || self.heap.is_empty() || self.leader.is_some() || self.waking,
+            self.parked == 0 || self.timers.is_empty() || self.leader.is_some() || self.waking,
             "consumers parked with entries queued, but no leader and no wake-up in flight"
         );
     }

@@ -64,7 +64,7 @@ impl<T> State<T> {
         self.waking = false;
         self.unpark(seat);
 
-        let taken = self.heap.pop_due(now);
+        let taken = self.timers.pop_due(now);
         if let Some(value) = &taken {
             on_take(value);
         }
@@ -76,7 +76,7 @@ impl<T> State<T> {
             seat.id = self.new_waiter_id();
         }
         let mut until = limit;
-        if let (Some(head), None) = (self.heap.peek_deadline(), self.leader) {
+        if let (Some(head), None) = (self.timers.peek_deadline(), self.leader) {
             self.leader = Some(seat.id);
             until = Some(limit.map_or(head, |limit| limit.min(head)));
         }
@@ -101,7 +101,7 @@ impl<T> State<T> {
         now: Instant,
         on_take: &mut impl FnMut(&T),
     ) -> Option<(T, Wake)> {
-        let value = self.heap.pop_due(now)?;
+        let value = self.timers.pop_due(now)?;
         on_take(&value);
         Some((value, self.after_leave()))
     }

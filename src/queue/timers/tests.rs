@@ -1,0 +1,288 @@
+use super::*;
+use std::time::Duration;
+
+fn at(base: Instant, ms: u64) -> Instant {
+    base + Duration::from_millis(ms)
+}
+
+#[test]
+fn pops_in_deadline_then_insertion_order() {
+    let base = Instant::now();
+    let mut timers = Timers::with_capacity(0);
+    for (i, ms) in [5, 1, 3, 1, 5, 0].into_iter().enumerate() {
+        timers.insert(i, at(base, ms));
+    }
+    let far = at(base, 10);
+    let order: Vec<_> = std::iter::from_fn(|| timers.pop_due(far)).collect();
+    assert_eq!(order, vec![5, 1, 3, 2, 0, 4]);
+}
+
+#[test]
+fn pop_due_leaves_future_entries() {
+    let base = Instant::now();
+    let mut timers = Timers::with_capacity(0);
+    timers.insert("late", at(base, 10));
+    assert_eq!(timers.pop_due(at(base, 9)), None);
+    assert_eq!(timers.pop_due(at(base, 10)), Some("late"));
+}
+
+#[test]
+fn entries_within_one_wheel_tick_keep_nanosecond_order() {
+    let base = Instant::now();
+    let mut timers = Timers::with_capacity(0);
+    for (i, ns) in [900_000u64, 10, 500_000, 10].into_iter().enumerate() {
+        timers.insert(i, base + Duration::from_nanos(ns));
+    }
+    assert_eq!(timers.pop_due(base + Duration::from_nanos(9)), None);
+    let far = at(base, 2);
+    let order: Vec<_> = std::iter::from_fn(|| timers.pop_due(far)).collect();
+    assert_eq!(order, vec![1, 3, 2, 0]);
+}
+
+#[test]
+fn a_pop_does_not_open_buckets_ahead_of_the_clock() {
+    let base = Instant::now();
+    let mut timers = Timers::with_capacity(0);
+    timers.insert('a', at(base, 3_600_000));
+    assert_eq!(timers.pop_due(at(base, 1)), None);
+    // Had the pop opened the far bucket, this entry would go near.
+    timers.insert('b', at(base, 5));
+    assert_eq!(timers.near.len(), 0, "both entries stay in the wheel");
+    assert_eq!(timers.head().map(|h| h.0), Some(timers.ticks(at(base, 5))));
+}
+
+#[test]
+fn far_entries_cascade_down_to_the_near_heap_in_order() {
+    let base = Instant::now();
+    let mut timers = Timers::with_capacity(0);
+    let year = 365 * 86_400_000;
+    let deadlines = [year * 20, 70, 5_000, year, 4_096 * 64 + 3, 1, 86_400_000];
+    for (i, ms) in deadlines.into_iter().enumerate() {
+        timers.insert(i, at(base, ms));
+    }
+    let mut sorted: Vec<_> = deadlines.into_iter().enumerate().collect();
+    sorted.sort_by_key(|&(_, ms)| ms);
+    for (i, ms) in sorted {
+        assert_eq!(timers.peek_deadline(), Some(at(base, ms)));
+        assert_eq!(timers.pop_due(at(base, ms - 1)), None);
+        assert_eq!(timers.pop_due(at(base, ms)), Some(i));
+        timers.assert_invariants();
+    }
+    assert!(timers.is_empty());
+}
+
+#[test]
+fn stale_key_misses_recycled_slot() {
+    let base = Instant::now();
+    let mut timers = Timers::with_capacity(0);
+    let old = timers.insert(1, base);
+    assert_eq!(timers.remove(old), Some(1));
+    let new = timers.insert(2, base);
+    assert_eq!(new.index, old.index, "slot is recycled");
+    assert_eq!(timers.remove(old), None);
+    assert!(!timers.reset(old, at(base, 1)));
+    assert_eq!(timers.deadline(new), Some(base));
+}
+
+#[test]
+fn slot_is_retired_before_its_generation_wraps() {
+    let base = Instant::now();
+    let mut timers = Timers::with_capacity(0);
+    let key = timers.insert(0, base);
+    timers.slots[key.index as usize].generation = u32::MAX;
+    let last = SlotKey {
+        index: key.index,
+        generation: u32::MAX,
+    };
+    assert_eq!(timers.remove(last), Some(0));
+    let next = timers.insert(1, base);
+    assert_ne!(next.index, key.index, "a wrapping slot is not reused");
+}
+
+#[test]
+fn running_out_of_sequence_numbers_keeps_fifo() {
+    let base = Instant::now();
+    let mut timers = Timers::with_capacity(0);
+    timers.insert('a', at(base, 1));
+    timers.insert('z', at(base, 0));
+    timers.insert('y', at(base, 500));
+    timers.head(); // moves 'z' and 'a' to the near heap
+    timers.next_seq = u32::MAX - 1;
+    timers.insert('b', at(base, 1));
+    timers.insert('c', at(base, 1)); // renumbers first
+    assert!(timers.next_seq < 10, "renumbered");
+    timers.insert('d', at(base, 1));
+    timers.assert_invariants();
+    let far = at(base, 600);
+    let order: String = std::iter::from_fn(|| timers.pop_due(far)).collect();
+    assert_eq!(order, "zabcdy");
+}
+
+#[test]
+fn deadlines_round_trip_exactly_and_clamp_beyond_292_years() {
+    let mut timers = Timers::with_capacity(0);
+    let origin = timers.origin;
+    let year = Duration::from_secs(365 * 86_400);
+    let near = origin + year * 200 + Duration::from_nanos(7);
+    let key = timers.insert(0, near);
+    assert_eq!(timers.deadline(key), Some(near));
+    let past = origin
+        .checked_sub(Duration::from_nanos(3))
+        .unwrap_or(origin);
+    let key = timers.insert(1, past);
+    assert_eq!(timers.deadline(key), Some(past));
+    let beyond = origin + year * 1000;
+    let key = timers.insert(2, beyond);
+    let clamped = timers.deadline(key).unwrap();
+    assert!(clamped > origin + year * 292 && clamped < beyond);
+    assert_eq!(timers.pop_due(origin), Some(1));
+    timers.assert_invariants();
+}
+
+#[test]
+fn reset_moves_behind_equal_deadlines() {
+    let base = Instant::now();
+    let mut timers = Timers::with_capacity(0);
+    let a = timers.insert('a', at(base, 1));
+    timers.insert('b', at(base, 1));
+    assert!(timers.reset(a, at(base, 1)));
+    let far = at(base, 2);
+    assert_eq!(timers.pop_due(far), Some('b'));
+    assert_eq!(timers.pop_due(far), Some('a'));
+}
+
+mod model {
+    //! The core against a `BTreeMap<(Instant, seq), value>` model.
+
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, HashMap};
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(i64),
+        Remove(usize),
+        Reset(usize, i64),
+        PopDue,
+        Advance(i64),
+        Head,
+        RemoveIfDivisible(u32),
+    }
+
+    /// Milliseconds from the start: dense near 0 (many equal deadlines),
+    /// spread over every wheel level, some before the origin, up to years.
+    fn offset() -> impl Strategy<Value = i64> {
+        prop_oneof![
+            4 => 0i64..8,
+            3 => 0i64..300,
+            2 => 0i64..300_000,
+            1 => 0i64..20_000_000_000,
+            1 => -5_000i64..0,
+            1 => (0u32..12).prop_map(|level| 1i64 << (6 * level).min(40)),
+        ]
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            5 => offset().prop_map(Op::Insert),
+            2 => any::<usize>().prop_map(Op::Remove),
+            2 => (any::<usize>(), offset()).prop_map(|(k, d)| Op::Reset(k, d)),
+            3 => Just(Op::PopDue),
+            2 => offset().prop_map(|d| Op::Advance(d.max(0) / 2)),
+            1 => Just(Op::Head),
+            1 => (2u32..6).prop_map(Op::RemoveIfDivisible),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn behaves_like_an_ordered_map(ops in proptest::collection::vec(op(), 1..400)) {
+            let mut timers = Timers::with_capacity(0);
+            let base = timers.origin + Duration::from_secs(10);
+            let t = |ms: i64| if ms >= 0 {
+                base + Duration::from_millis(ms as u64)
+            } else {
+                base - Duration::from_millis(ms.unsigned_abs())
+            };
+            let mut now = 0i64;
+            let mut model: BTreeMap<(Instant, u64), u32> = BTreeMap::new();
+            // Every key ever issued, live or stale, with its model entry.
+            let mut keys: Vec<(SlotKey, Option<(Instant, u64)>)> = Vec::new();
+            let mut where_is: HashMap<u32, usize> = HashMap::new();
+            let mut seq = 0u64;
+            let mut next_value = 0u32;
+            for op in ops {
+                match op {
+                    Op::Insert(ms) => {
+                        // Deadlines are relative to the moving clock.
+                        let d = t(now + ms);
+                        let key = timers.insert(next_value, d);
+                        model.insert((d, seq), next_value);
+                        where_is.insert(next_value, keys.len());
+                        keys.push((key, Some((d, seq))));
+                        seq += 1;
+                        next_value += 1;
+                    }
+                    Op::Remove(i) if !keys.is_empty() => {
+                        let i = i % keys.len();
+                        let (key, entry) = keys[i];
+                        let expected = entry.and_then(|e| model.remove(&e));
+                        prop_assert_eq!(timers.remove(key), expected);
+                        keys[i].1 = None;
+                    }
+                    Op::Reset(i, ms) if !keys.is_empty() => {
+                        let i = i % keys.len();
+                        let (key, entry) = keys[i];
+                        let d = t(now + ms);
+                        prop_assert_eq!(timers.reset(key, d), entry.is_some());
+                        if let Some(value) = entry.and_then(|e| model.remove(&e)) {
+                            model.insert((d, seq), value);
+                            keys[i].1 = Some((d, seq));
+                        }
+                        seq += 1;
+                    }
+                    Op::PopDue => {
+                        let expected = model
+                            .first_key_value()
+                            .filter(|((d, _), _)| *d <= t(now))
+                            .map(|(k, _)| *k);
+                        let expected = expected.and_then(|k| model.remove(&k));
+                        let got = timers.pop_due(t(now));
+                        prop_assert_eq!(got, expected);
+                        if let Some(v) = got {
+                            keys[where_is[&v]].1 = None;
+                        }
+                    }
+                    Op::Advance(ms) => now += ms,
+                    Op::Head => {
+                        prop_assert_eq!(timers.peek_deadline(), model.keys().next().map(|k| k.0));
+                    }
+                    Op::RemoveIfDivisible(by) => {
+                        let mut got = timers.remove_if(|v, _| v % by == 0);
+                        got.sort_unstable();
+                        let mut expected: Vec<u32> =
+                            model.values().copied().filter(|v| v % by == 0).collect();
+                        expected.sort_unstable();
+                        prop_assert_eq!(&got, &expected);
+                        model.retain(|_, v| *v % by != 0);
+                        for v in got {
+                            keys[where_is[&v]].1 = None;
+                        }
+                    }
+                    _ => {}
+                }
+                timers.assert_invariants();
+                prop_assert_eq!(timers.len(), model.len());
+                for (key, entry) in &keys {
+                    prop_assert_eq!(timers.deadline(*key), entry.map(|e| e.0));
+                }
+            }
+            // Everything left comes out in the model's order.
+            let end = t(now + (1i64 << 45));
+            let rest: Vec<u32> = std::iter::from_fn(|| timers.pop_due(end)).collect();
+            let expected: Vec<u32> = model.values().copied().collect();
+            prop_assert_eq!(rest, expected);
+        }
+    }
+}
