@@ -13,7 +13,7 @@ mod wheel;
 pub use full::Full;
 pub use stream::{StreamNext, TakeStream};
 
-use state::{Shared, Wake};
+use state::{Change, Shared, Wake};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -325,14 +325,16 @@ impl<T> DelayQueue<T> {
             drop(state);
             return Err(Full(value));
         }
-        let before = state.watched_head();
         let slot = state.timers.insert(value, deadline);
         let key = Key {
             slot: slot.index,
             generation: slot.generation,
             queue: state.id,
         };
-        let wake = state.head_changed(before);
+        let wake = match state.timers.id_of(slot) {
+            Some(id) => state.head_may_change(Change::Added(id)),
+            None => Wake::NONE,
+        };
         self.shared.unlock_and_wake(state, wake);
         Ok(key)
     }
@@ -509,9 +511,11 @@ impl<T> DelayQueue<T> {
         if key.queue != state.id {
             return None;
         }
-        let before = state.watched_head();
+        let Some(id) = state.timers.id_of(key.slot_key()) else {
+            return None;
+        };
         let value = state.timers.remove(key.slot_key());
-        let wake = state.head_changed(before);
+        let wake = state.head_may_change(Change::Removed(id));
         self.shared.unlock_and_wake(state, wake);
         value
     }
@@ -569,11 +573,16 @@ impl<T> DelayQueue<T> {
         if key.queue != state.id {
             return false;
         }
-        let before = state.watched_head();
-        let moved = state.timers.reset(key.slot_key(), deadline);
-        let wake = state.head_changed(before);
+        let Some(old) = state.timers.id_of(key.slot_key()) else {
+            return false;
+        };
+        state.timers.reset(key.slot_key(), deadline);
+        let wake = match state.timers.id_of(key.slot_key()) {
+            Some(new) => state.head_may_change(Change::Moved(old, new)),
+            None => Wake::NONE,
+        };
         self.shared.unlock_and_wake(state, wake);
-        moved
+        true
     }
 
     /// The deadline of the entry inserted as `key`, or `None` for a stale or
@@ -688,12 +697,15 @@ impl<T> DelayQueue<T> {
     /// ```
     pub fn clear(&self) {
         let mut state = self.shared.lock();
-        let before = state.watched_head();
         // A fresh identity makes every earlier key foreign, so slots can be
         // reused from generation zero without aliasing.
         let old = std::mem::replace(&mut state.timers, timers::Timers::with_capacity(0));
         state.id = state::next_queue_id();
-        let wake = state.head_changed(before);
+        let wake = if old.is_empty() {
+            Wake::NONE
+        } else {
+            state.head_may_change(Change::Many)
+        };
         self.shared.unlock_and_wake(state, wake);
         drop(old);
     }
@@ -703,9 +715,12 @@ impl<T> DelayQueue<T> {
     /// under the queue's lock: it must not use the queue.
     pub(crate) fn remove_if(&self, pred: impl FnMut(&T, Instant) -> bool) -> Vec<T> {
         let mut state = self.shared.lock();
-        let before = state.watched_head();
         let removed = state.timers.remove_if(pred);
-        let wake = state.head_changed(before);
+        let wake = if removed.is_empty() {
+            Wake::NONE
+        } else {
+            state.head_may_change(Change::Many)
+        };
         self.shared.unlock_and_wake(state, wake);
         removed
     }

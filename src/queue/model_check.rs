@@ -5,7 +5,7 @@
 //!
 //! The decisions are the real ones: each step under the queue's lock calls
 //! the same `State` functions as `take` (`take_due`, `look`, `leave`,
-//! `head_changed`), on a real `State`. What is modelled is what sits around
+//! `head_may_change`), on a real `State`. What is modelled is what sits around
 //! them, at the granularity at which other threads can interleave:
 //!
 //! - `tokio::sync::Notify`: `enable` registers a waiter or consumes the
@@ -28,7 +28,7 @@
 //! flight, whenever consumers are parked with entries queued) runs after
 //! every step.
 
-use super::state::{Shared, State, Wake};
+use super::state::{Change, Shared, State, Wake};
 use super::timers::SlotKey;
 use super::wait::{Seat, Step};
 use std::collections::HashSet;
@@ -150,9 +150,7 @@ impl World {
         let base = Instant::now();
         let mut keys = Vec::new();
         for &(value, at) in entries {
-            let before = state.watched_head();
             keys.push(state.timers.insert(value, base + Duration::from_millis(at)));
-            let _ = state.head_changed(before);
         }
         let inserted = ops.iter().filter_map(|op| match op {
             Op::Insert(_, at) => Some(*at),
@@ -285,17 +283,22 @@ impl World {
         match action {
             Action::Clock(t) => self.now = t,
             Action::Produce => {
-                let before = self.state.watched_head();
-                match self.ops.remove(0) {
+                // As `DelayQueue::insert` and `remove` report their change.
+                let change = match self.ops.remove(0) {
                     Op::Insert(value, at) => {
                         let deadline = self.instant(at);
-                        self.state.timers.insert(value, deadline);
+                        let key = self.state.timers.insert(value, deadline);
+                        self.state.timers.id_of(key).map(Change::Added)
                     }
                     Op::Remove(index) => {
-                        let _ = self.state.timers.remove(self.keys[index]);
+                        let key = self.keys[index];
+                        let id = self.state.timers.id_of(key);
+                        let _ = self.state.timers.remove(key);
+                        id.map(Change::Removed)
                     }
-                }
-                self.producer_wake = Some(self.state.head_changed(before));
+                };
+                let wake = change.map_or(Wake::NONE, |c| self.state.head_may_change(c));
+                self.producer_wake = Some(wake);
             }
             Action::Notify { from: None, to } => {
                 if self.producer_wake.take().is_some_and(Wake::wakes_one) {

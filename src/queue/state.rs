@@ -45,11 +45,27 @@ pub(crate) struct State<T> {
     pub(crate) id: u64,
     /// The waiter timing the head's deadline, if any.
     pub(crate) leader: Option<u64>,
+    /// What the leader's timer is for: the head's `(ticks, seq)`, or a wheel
+    /// bucket's wake-up mark (see `Timers::wake_target`).
+    pub(crate) armed: Option<HeadId>,
     /// Consumers between "decided to wait" and "looked at the state again".
     pub(crate) parked: usize,
     /// A `notify_one` was issued and its receiver has not looked yet.
     pub(crate) waking: bool,
     next_waiter: u64,
+}
+
+/// What a mutation did to the entries, for [`State::head_may_change`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// An entry with this `(ticks, seq)` was added.
+    Added(HeadId),
+    /// The entry with this `(ticks, seq)` left.
+    Removed(HeadId),
+    /// An entry moved from the first `(ticks, seq)` to the second.
+    Moved(HeadId, HeadId),
+    /// Any number of entries left.
+    Many,
 }
 
 /// Whether a waiter must be notified once the lock is released.
@@ -64,6 +80,7 @@ impl<T> Shared<T> {
                 timers: Timers::with_capacity(capacity),
                 id: next_queue_id(),
                 leader: None,
+                armed: None,
                 parked: 0,
                 waking: false,
                 next_waiter: 0,
@@ -91,33 +108,36 @@ impl<T> Shared<T> {
 
 impl<T> State<T> {
     /// The one place that reacts to "the earliest deadline may have changed";
-    /// insert, remove, reset and clear all call it with the head they saw
-    /// before mutating.
+    /// insert, remove, reset, clear and `remove_if` all report their change
+    /// here, under the lock, after mutating.
     ///
     /// Lost wake-up it prevents: the leader sleeps until 10:00; an insert due
     /// at 09:00 becomes the head. Without this, every consumer sleeps through
     /// 09:00 because the only timer is set for 10:00.
-    pub(crate) fn head_changed(&mut self, before: Option<HeadId>) -> Wake {
-        // With nobody parked there is nobody to wake, and `before` was not
-        // looked up (see `watched_head`).
-        if self.parked == 0 || self.timers.head() == before {
+    ///
+    /// It compares the change with what the leader is timing (`armed`), so it
+    /// never has to look up the head itself: a change after the leader's
+    /// target cannot make it late, and the leader re-arms when it wakes.
+    pub(crate) fn head_may_change(&mut self, change: Change) -> Wake {
+        if self.parked == 0 {
+            return Wake(false);
+        }
+        let stale = match (self.leader, self.armed) {
+            // Followers only: they wait untimed for someone to time a head.
+            (None, _) | (_, None) => !self.timers.is_empty(),
+            (Some(_), Some(armed)) => match change {
+                Change::Added(id) => id < armed,
+                Change::Removed(id) => id == armed,
+                Change::Moved(old, new) => old == armed || new < armed,
+                Change::Many => true,
+            },
+        };
+        if !stale {
             return Wake(false);
         }
         // The leader's timer is for the old head: whoever is woken re-arms.
         self.leader = None;
         self.wake_one()
-    }
-
-    /// The head as [`head_changed`](State::head_changed) needs it before a
-    /// mutation. Finding the head may open wheel buckets ahead of the clock,
-    /// so it is only looked up when a consumer waits: inserting into a queue
-    /// nobody waits on stays O(1).
-    pub(crate) fn watched_head(&mut self) -> Option<HeadId> {
-        if self.parked == 0 {
-            None
-        } else {
-            self.timers.head()
-        }
     }
 
     /// Called whenever a consumer stops waiting (with an entry, on timeout or

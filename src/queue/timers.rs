@@ -53,6 +53,13 @@ const NEAR: u32 = u32::MAX - 1;
 /// Nanosecond ticks per wheel tick: 2^20 ns, about 1.05 ms.
 const WHEEL_SHIFT: u32 = 20;
 
+/// How many wheel ticks ahead of the clock a waiting leader opens buckets to
+/// learn the exact head (about 2.1 ms): see [`Timers::wake_target`].
+const OPEN_AHEAD: u64 = 2;
+
+/// The most entries of a far bucket walked to find its earliest.
+const SCAN_MAX: usize = 8;
+
 /// Ticks of the origin itself: the middle of the `u64` range.
 const ORIGIN_TICKS: u64 = 1 << 63;
 
@@ -250,6 +257,59 @@ impl<T> Timers<T> {
         self.place(index);
         self.check();
         true
+    }
+
+    /// The `(ticks, seq)` ordering key of a live entry.
+    pub(crate) fn id_of(&self, key: SlotKey) -> Option<HeadId> {
+        let index = self.occupied_index(key)?;
+        let slot = &self.slots[index as usize];
+        Some((slot.ticks, slot.seq))
+    }
+
+    /// When a waiting leader must look again: the head's `(ticks, seq)` if
+    /// it is known, never later than the head's deadline.
+    ///
+    /// Opens the buckets that start within [`OPEN_AHEAD`] ticks of `now`.
+    /// A later head is found by walking its bucket if that holds at most
+    /// [`SCAN_MAX`] entries (the common case of a few far timers); otherwise
+    /// the mark is `OPEN_AHEAD` ticks before the bucket starts, with a `seq`
+    /// no entry has, and the leader comes back then to open it. Opening a far
+    /// bucket at once instead would let the wheel run ahead of the clock, and
+    /// everything inserted before it would then go to the near heap.
+    pub(crate) fn wake_target(&mut self, now: Instant) -> Option<HeadId> {
+        let reach = (self.ticks(now) >> WHEEL_SHIFT).saturating_add(OPEN_AHEAD);
+        while self.near.is_empty() {
+            let bucket = self.wheel.earliest()?;
+            if bucket.start > reach {
+                return Some(self.scan(bucket));
+            }
+            self.open(bucket);
+        }
+        self.near.peek().map(|rec| (rec.ticks, rec.seq))
+    }
+
+    /// The earliest `(ticks, seq)` in a far bucket if it is small, else its
+    /// wake-up mark (see [`wake_target`](Timers::wake_target)).
+    fn scan(&self, bucket: Bucket) -> HeadId {
+        let mut best = (u64::MAX, u32::MAX);
+        let mut at = self.wheel.first(bucket);
+        for _ in 0..SCAN_MAX {
+            if at == NIL {
+                return best;
+            }
+            let slot = &self.slots[at as usize];
+            best = best.min((slot.ticks, slot.seq));
+            at = slot.next;
+        }
+        if at == NIL {
+            return best;
+        }
+        ((bucket.start - OPEN_AHEAD) << WHEEL_SHIFT, u32::MAX)
+    }
+
+    /// The instant of a [`HeadId`]'s ticks.
+    pub(crate) fn instant_of(&self, id: HeadId) -> Instant {
+        self.instant(id.0)
     }
 
     pub(crate) fn deadline(&self, key: SlotKey) -> Option<Instant> {

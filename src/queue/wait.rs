@@ -76,9 +76,11 @@ impl<T> State<T> {
             seat.id = self.new_waiter_id();
         }
         let mut until = limit;
-        if let (Some(head), None) = (self.timers.peek_deadline(), self.leader) {
+        if let (Some(target), None) = (self.timers.wake_target(now), self.leader) {
             self.leader = Some(seat.id);
-            until = Some(limit.map_or(head, |limit| limit.min(head)));
+            self.armed = Some(target);
+            let at = self.timers.instant_of(target);
+            until = Some(limit.map_or(at, |limit| limit.min(at)));
         }
         self.parked += 1;
         seat.parked = true;

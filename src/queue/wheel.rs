@@ -145,6 +145,11 @@ impl Wheel {
         }
     }
 
+    /// The first entry of `bucket`'s list; the rest follow through `next`.
+    pub(crate) fn first(&self, bucket: Bucket) -> u32 {
+        self.heads[bucket.level][bucket.index]
+    }
+
     /// Unlinks every entry of `bucket` at once and returns the first of them;
     /// the rest follow through `next` (their `prev` links are stale). O(1).
     pub(crate) fn take(&mut self, bucket: Bucket) -> u32 {
