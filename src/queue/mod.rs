@@ -511,9 +511,7 @@ impl<T> DelayQueue<T> {
         if key.queue != state.id {
             return None;
         }
-        let Some(id) = state.timers.id_of(key.slot_key()) else {
-            return None;
-        };
+        let id = state.timers.id_of(key.slot_key())?;
         let value = state.timers.remove(key.slot_key());
         let wake = state.head_may_change(Change::Removed(id));
         self.shared.unlock_and_wake(state, wake);
