@@ -7,13 +7,14 @@
 //!   ordered by `(ticks, seq)`, so a node's four children share one cache
 //!   line.
 //! - Every move inside the heap writes the moved record's position into its
-//!   slot's `next` field (the slot table lives in `timers.rs`), which is what
+//!   slot's `pos` field (the slot table lives in `timers.rs`), which is what
 //!   makes removal by key O(log m).
-//! - The heap only ever holds what the wheel has handed over (one tick's
-//!   bucket at a time) and entries inserted already due, so `m` stays small
-//!   and a pop touches memory that is in cache.
+//! - The heap only holds entries inserted (or reset) to a deadline before
+//!   the wheel's `elapsed`, a few at a time; what the wheel hands over goes
+//!   to the sorted run in `timers.rs`, so `m` stays small and a pop touches
+//!   memory that is in cache.
 
-use super::timers::Slot;
+use super::timers::{HEAP, Slot};
 
 /// Children per node. Measured against 2, 8 and 16 in `benches/queue.rs`: 4
 /// halves the depth and keeps each node's children within one cache line.
@@ -46,11 +47,6 @@ impl NearHeap {
     }
 
     #[inline]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    #[inline]
     pub(crate) fn peek(&self) -> Option<&Rec> {
         self.entries.first()
     }
@@ -77,12 +73,16 @@ impl NearHeap {
         removed
     }
 
-    /// Gives every record the `seq` its slot now holds. Only for a
-    /// renumbering that keeps the relative order, so the heap stays valid.
-    pub(crate) fn refresh_seqs(&mut self, slots: &[Slot]) {
-        for rec in &mut self.entries {
-            rec.seq = slots[rec.slot as usize].seq;
-        }
+    /// The record at `pos`.
+    #[inline]
+    pub(crate) fn get(&self, pos: u32) -> &Rec {
+        &self.entries[pos as usize]
+    }
+
+    /// Calls `f` on every record. Only for a renumbering that keeps the
+    /// relative order, so the heap stays valid.
+    pub(crate) fn for_each_mut(&mut self, f: impl FnMut(&mut Rec)) {
+        self.entries.iter_mut().for_each(f);
     }
 
     /// Moves the record at `pos` up to its place; returns where it ended.
@@ -151,7 +151,7 @@ impl NearHeap {
     #[inline]
     fn place(&mut self, slots: &mut [Slot], pos: usize, rec: Rec) {
         self.entries[pos] = rec;
-        slots[rec.slot as usize].next = pos as u32;
+        slots[rec.slot as usize].pos = pos as u32;
     }
 
     /// Checks heap order and that every record's slot points back to it and
@@ -168,11 +168,10 @@ impl NearHeap {
                 slot.generation & 1 == 1,
                 "near record {pos} points at a free slot"
             );
-            assert_eq!(slot.next as usize, pos, "slot does not point back");
             assert_eq!(
-                (slot.ticks, slot.seq),
-                (rec.ticks, rec.seq),
-                "stale record key"
+                (slot.home, slot.pos as usize),
+                (HEAP, pos),
+                "slot does not point back"
             );
         }
     }

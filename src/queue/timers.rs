@@ -1,6 +1,6 @@
 //! The core behind [`DelayQueue`](crate::DelayQueue): a slot table, a timing
-//! wheel for the far future and a small exact heap for what is about to come
-//! due. No locking, no async; the clock is passed in.
+//! wheel for the far future and a small exact near side for what is about to
+//! come due. No locking, no async; the clock is passed in.
 //!
 //! Ground rules:
 //!
@@ -8,26 +8,29 @@
 //!   so that instants before the origin order correctly too. That is exact for
 //!   any instant within 292 years of the origin; instants further away are
 //!   clamped to that horizon. An entry's *wheel tick* is its ticks >> 20.
-//! - Every entry owns a [`Slot`]: its deadline, its sequence number, its
-//!   generation and two links. `seq` grows with every insert and reset, so
-//!   equal deadlines come out first-in first-out; when the 32-bit `seq` runs
-//!   out, the live entries are renumbered in their current order (once per
-//!   2^32 inserts).
+//! - Every entry is one 16-byte [`Rec`] (ticks, seq, slot) in one of three
+//!   homes: a wheel bucket, the sorted `run`, or the near `heap`; its
+//!   [`Slot`] records the home and the index there, and every move rewrites
+//!   them. `seq` grows with every insert and reset, so equal deadlines come
+//!   out first-in first-out; when the 32-bit `seq` runs out, the live entries
+//!   are renumbered in their current order (once per 2^32 inserts).
 //! - **The split that keeps order exact**: an entry whose wheel tick is below
-//!   the wheel's `elapsed` is in the near heap ([`NearHeap`]), every other
+//!   the wheel's `elapsed` is on the near side (`run` or `heap`), every other
 //!   entry is in the wheel ([`Wheel`]). So every near entry is due before
-//!   every wheel entry, and the near heap's head, when there is one, is the
-//!   queue's head. When the near heap runs empty and the head is needed, the
-//!   earliest bucket of the wheel is opened: a level 0 bucket (one tick) moves
-//!   whole into the near heap, which orders it exactly, and `elapsed` moves
-//!   just past it; a higher bucket cascades (see `wheel.rs`).
-//! - Entries inserted already due, or due before `elapsed`, go straight to the
-//!   near heap.
-//! - The head is only forced out of the wheel when someone needs it: a pop
-//!   opens only buckets that may hold due entries, and [`Timers::head`] (a
-//!   leader arming its timer, `peek_deadline`) opens the earliest bucket
-//!   whatever its time. Inserting into a queue nobody waits on never opens a
-//!   bucket.
+//!   every wheel entry, and the smaller of the run's and the heap's heads,
+//!   when there is one, is the queue's head. When the near side runs empty
+//!   and an entry may be due, the earliest bucket of the wheel is opened: a
+//!   level 0 bucket (one tick) is sorted and becomes the run, and `elapsed`
+//!   moves just past it; a higher bucket cascades (see `wheel.rs`).
+//! - The run is consumed from `cursor`; an entry removed from it by key
+//!   leaves a tombstone (`slot == NIL`) that the cursor skips.
+//! - Entries inserted or reset to before `elapsed` (already due, or due
+//!   within the tick being served) go to the near heap.
+//! - The wheel never runs ahead of the clock by more than two ticks: a pop
+//!   opens only buckets that may hold due entries, and a leader arming its
+//!   timer ([`Timers::wake_target`]) opens only buckets within two ticks of
+//!   now. Only `peek_deadline` ([`Timers::head`]) opens the earliest bucket
+//!   whatever its time.
 //! - A slot's generation is odd while the slot is occupied and even while it
 //!   is free; it goes up by one on every insert and every removal. A
 //!   [`SlotKey`] holds the odd generation it was issued with, so a key whose
@@ -35,30 +38,29 @@
 //!   A slot whose generation would wrap around is retired, never reused.
 //!
 //! Costs, with `n` entries in all and `m` in the near heap: insert O(1) into
-//! the wheel, O(log m) near; remove and reset by key O(1) in the wheel,
-//! O(log m) near; pop O(log m) plus, amortized, one bucket opening per
-//! entry and at most seven cascades per entry over its life.
+//! the wheel, O(log m) near; remove and reset by key O(1) in the wheel or
+//! run, O(log m) in the heap; pop O(1) from the run, O(log m) from the heap;
+//! and, amortized per entry, one sort of its tick's bucket and at most seven
+//! cascades over its life.
 
 use super::heap::{NearHeap, Rec};
-use super::wheel::{Bucket, Wheel};
+use super::wheel::{Bucket, HOMES, WHEEL_SHIFT, Wheel, wheel_tick};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Marks the end of a list (free list, bucket list).
+/// Marks the end of the free list, and a tombstone in the run.
 pub(crate) const NIL: u32 = u32::MAX;
-/// `prev` of a slot whose entry is in the near heap (its `next` is then its
-/// position there).
-const NEAR: u32 = u32::MAX - 1;
-
-/// Nanosecond ticks per wheel tick: 2^20 ns, about 1.05 ms.
-const WHEEL_SHIFT: u32 = 20;
+/// `home` of an entry in the sorted run.
+const RUN: u32 = HOMES;
+/// `home` of an entry in the near heap.
+pub(crate) const HEAP: u32 = HOMES + 1;
 
 /// How many wheel ticks ahead of the clock a waiting leader opens buckets to
 /// learn the exact head (about 2.1 ms): see [`Timers::wake_target`].
 const OPEN_AHEAD: u64 = 2;
 
-/// The most entries of a far bucket walked to find its earliest.
-const SCAN_MAX: usize = 8;
+/// The most entries of a far bucket read to find its earliest.
+const SCAN_MAX: usize = 64;
 
 /// Ticks of the origin itself: the middle of the `u64` range.
 const ORIGIN_TICKS: u64 = 1 << 63;
@@ -70,43 +72,32 @@ pub(crate) struct SlotKey {
     pub(crate) generation: u32,
 }
 
-/// The ordering key of the entry that comes out next, used to tell whether
-/// a mutation changed it.
+/// The ordering key `(ticks, seq)` of an entry, used to tell whether a
+/// mutation concerns what the leader is timing.
 pub(crate) type HeadId = (u64, u32);
 
-/// One entry's bookkeeping: 24 bytes.
+/// Where one entry is: 12 bytes.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Slot {
-    /// The deadline, while occupied.
-    pub(crate) ticks: u64,
-    pub(crate) seq: u32,
     /// Odd while occupied, even while free.
     pub(crate) generation: u32,
-    /// In the wheel: the next entry of its bucket (or `NIL`). Near: its
-    /// position in the near heap. Free: the next free slot (or `NIL`).
-    pub(crate) next: u32,
-    /// In the wheel: the previous entry of its bucket (`NIL` at the head).
-    /// `NEAR` while in the near heap.
-    pub(crate) prev: u32,
+    /// A wheel bucket (below `HOMES`), `RUN` or `HEAP`.
+    pub(crate) home: u32,
+    /// The index in its home while occupied; the next free slot (or `NIL`)
+    /// while free.
+    pub(crate) pos: u32,
 }
 
 impl Slot {
     pub(crate) const FREE: Slot = Slot {
-        ticks: 0,
-        seq: 0,
         generation: 0,
-        next: NIL,
-        prev: NIL,
+        home: NIL,
+        pos: NIL,
     };
 
     #[inline]
     fn occupied(&self) -> bool {
         self.generation & 1 == 1
-    }
-
-    #[inline]
-    fn wheel_tick(&self) -> u64 {
-        self.ticks >> WHEEL_SHIFT
     }
 }
 
@@ -118,8 +109,13 @@ pub(crate) struct Timers<T> {
     free_head: u32,
     next_seq: u32,
     origin: Instant,
-    near: NearHeap,
     wheel: Wheel,
+    /// Opened buckets, sorted; `run[cursor..]` is still to come.
+    run: Vec<Rec>,
+    cursor: usize,
+    /// Entries of `run[cursor..]` that are not tombstones.
+    run_live: usize,
+    heap: NearHeap,
     len: usize,
 }
 
@@ -131,8 +127,11 @@ impl<T> Timers<T> {
             free_head: NIL,
             next_seq: 0,
             origin: Instant::now(),
-            near: NearHeap::default(),
             wheel: Wheel::new(ORIGIN_TICKS >> WHEEL_SHIFT),
+            run: Vec::new(),
+            cursor: 0,
+            run_live: 0,
+            heap: NearHeap::default(),
             len: 0,
         }
     }
@@ -173,40 +172,97 @@ impl<T> Timers<T> {
         self.len == 0
     }
 
-    /// The `(deadline, seq)` of the entry that comes out next. Opens wheel
-    /// buckets until the near heap holds the head.
+    /// The near side's head: the smaller of the run's and the heap's.
+    #[inline]
+    fn near_head(&mut self) -> Option<Rec> {
+        while let Some(rec) = self.run.get(self.cursor) {
+            if rec.slot != NIL {
+                break;
+            }
+            self.cursor += 1;
+        }
+        let run = self.run.get(self.cursor).copied();
+        let heap = self.heap.peek().copied();
+        match (run, heap) {
+            (Some(r), Some(h)) => Some(if (h.ticks, h.seq) < (r.ticks, r.seq) {
+                h
+            } else {
+                r
+            }),
+            (r, h) => r.or(h),
+        }
+    }
+
+    /// The `(ticks, seq)` of the entry that comes out next. Opens wheel
+    /// buckets until the near side holds the head, however far ahead.
     pub(crate) fn head(&mut self) -> Option<HeadId> {
-        while self.near.is_empty() {
+        loop {
+            if let Some(rec) = self.near_head() {
+                return Some((rec.ticks, rec.seq));
+            }
             let bucket = self.wheel.earliest()?;
             self.open(bucket);
         }
-        self.near.peek().map(|rec| (rec.ticks, rec.seq))
     }
 
     pub(crate) fn peek_deadline(&mut self) -> Option<Instant> {
         self.head().map(|(ticks, _)| self.instant(ticks))
     }
 
+    /// When a waiting leader must look again: the head's `(ticks, seq)` if
+    /// it is known, never later than the head's deadline.
+    ///
+    /// Opens the buckets that start within [`OPEN_AHEAD`] ticks of `now`.
+    /// A later head is found by reading its bucket if that holds at most
+    /// [`SCAN_MAX`] entries (the common case of a few far timers); otherwise
+    /// the mark is `OPEN_AHEAD` ticks before the bucket starts, with a `seq`
+    /// no entry has, and the leader comes back then to open it. Opening a far
+    /// bucket at once instead would let the wheel run ahead of the clock, and
+    /// everything inserted before it would then go to the near heap.
+    pub(crate) fn wake_target(&mut self, now: Instant) -> Option<HeadId> {
+        let reach = (self.ticks(now) >> WHEEL_SHIFT).saturating_add(OPEN_AHEAD);
+        loop {
+            if let Some(rec) = self.near_head() {
+                return Some((rec.ticks, rec.seq));
+            }
+            let bucket = self.wheel.earliest()?;
+            if bucket.start > reach {
+                let records = self.wheel.records(bucket);
+                if records.len() <= SCAN_MAX {
+                    return records.iter().map(|r| (r.ticks, r.seq)).min();
+                }
+                return Some(((bucket.start - OPEN_AHEAD) << WHEEL_SHIFT, u32::MAX));
+            }
+            self.open(bucket);
+        }
+    }
+
+    /// The instant of a [`HeadId`]'s ticks.
+    pub(crate) fn instant_of(&self, id: HeadId) -> Instant {
+        self.instant(id.0)
+    }
+
     /// Adds `value` due at `deadline`.
     ///
     /// # Panics
     ///
-    /// Panics if `u32::MAX - 2` slots are in use at once (like a `Vec`
+    /// Panics if `u32::MAX - 1` slots are in use at once (like a `Vec`
     /// overflowing its capacity, this needs far more memory than exists).
     pub(crate) fn insert(&mut self, value: T, deadline: Instant) -> SlotKey {
         let index = self.alloc_slot();
-        let ticks = self.ticks(deadline);
-        let seq = self.bump_seq();
+        let rec = Rec {
+            ticks: self.ticks(deadline),
+            seq: self.bump_seq(),
+            slot: index,
+        };
         let slot = &mut self.slots[index as usize];
         slot.generation = slot.generation.wrapping_add(1);
-        slot.ticks = ticks;
-        slot.seq = seq;
         let key = SlotKey {
             index,
             generation: slot.generation,
         };
         self.values[index as usize] = Some(value);
-        self.place(index);
+        self.place(rec);
         self.len += 1;
         self.check();
         key
@@ -215,20 +271,22 @@ impl<T> Timers<T> {
     /// Removes and returns the head if its deadline is `<= now`.
     pub(crate) fn pop_due(&mut self, now: Instant) -> Option<T> {
         let now = self.ticks(now);
-        // Only buckets that may hold due entries are opened: the wheel does
-        // not run ahead of the clock for a pop.
-        while self.near.is_empty() {
+        let head = loop {
+            if let Some(rec) = self.near_head() {
+                break rec;
+            }
+            // Only buckets that may hold due entries are opened: the wheel
+            // does not run ahead of the clock for a pop.
             let bucket = self.wheel.earliest()?;
             if bucket.start > now >> WHEEL_SHIFT {
                 return None;
             }
             self.open(bucket);
-        }
-        let head = *self.near.peek()?;
+        };
         if head.ticks > now {
             return None;
         }
-        self.near.remove_at(&mut self.slots, 0);
+        self.unplace(head.slot);
         let value = self.free_slot(head.slot);
         self.check();
         Some(value)
@@ -249,72 +307,25 @@ impl<T> Timers<T> {
             return false;
         };
         self.unplace(index);
-        let ticks = self.ticks(deadline);
-        let seq = self.bump_seq();
-        let slot = &mut self.slots[index as usize];
-        slot.ticks = ticks;
-        slot.seq = seq;
-        self.place(index);
+        let rec = Rec {
+            ticks: self.ticks(deadline),
+            seq: self.bump_seq(),
+            slot: index,
+        };
+        self.place(rec);
         self.check();
         true
     }
 
     /// The `(ticks, seq)` ordering key of a live entry.
     pub(crate) fn id_of(&self, key: SlotKey) -> Option<HeadId> {
-        let index = self.occupied_index(key)?;
-        let slot = &self.slots[index as usize];
-        Some((slot.ticks, slot.seq))
-    }
-
-    /// When a waiting leader must look again: the head's `(ticks, seq)` if
-    /// it is known, never later than the head's deadline.
-    ///
-    /// Opens the buckets that start within [`OPEN_AHEAD`] ticks of `now`.
-    /// A later head is found by walking its bucket if that holds at most
-    /// [`SCAN_MAX`] entries (the common case of a few far timers); otherwise
-    /// the mark is `OPEN_AHEAD` ticks before the bucket starts, with a `seq`
-    /// no entry has, and the leader comes back then to open it. Opening a far
-    /// bucket at once instead would let the wheel run ahead of the clock, and
-    /// everything inserted before it would then go to the near heap.
-    pub(crate) fn wake_target(&mut self, now: Instant) -> Option<HeadId> {
-        let reach = (self.ticks(now) >> WHEEL_SHIFT).saturating_add(OPEN_AHEAD);
-        while self.near.is_empty() {
-            let bucket = self.wheel.earliest()?;
-            if bucket.start > reach {
-                return Some(self.scan(bucket));
-            }
-            self.open(bucket);
-        }
-        self.near.peek().map(|rec| (rec.ticks, rec.seq))
-    }
-
-    /// The earliest `(ticks, seq)` in a far bucket if it is small, else its
-    /// wake-up mark (see [`wake_target`](Timers::wake_target)).
-    fn scan(&self, bucket: Bucket) -> HeadId {
-        let mut best = (u64::MAX, u32::MAX);
-        let mut at = self.wheel.first(bucket);
-        for _ in 0..SCAN_MAX {
-            if at == NIL {
-                return best;
-            }
-            let slot = &self.slots[at as usize];
-            best = best.min((slot.ticks, slot.seq));
-            at = slot.next;
-        }
-        if at == NIL {
-            return best;
-        }
-        ((bucket.start - OPEN_AHEAD) << WHEEL_SHIFT, u32::MAX)
-    }
-
-    /// The instant of a [`HeadId`]'s ticks.
-    pub(crate) fn instant_of(&self, id: HeadId) -> Instant {
-        self.instant(id.0)
+        let rec = self.rec(self.occupied_index(key)?);
+        Some((rec.ticks, rec.seq))
     }
 
     pub(crate) fn deadline(&self, key: SlotKey) -> Option<Instant> {
-        let index = self.occupied_index(key)?;
-        Some(self.instant(self.slots[index as usize].ticks))
+        let rec = self.rec(self.occupied_index(key)?);
+        Some(self.instant(rec.ticks))
     }
 
     pub(crate) fn contains(&self, key: SlotKey) -> bool {
@@ -325,11 +336,13 @@ impl<T> Timers<T> {
     /// particular order; the others keep their keys. O(n).
     pub(crate) fn remove_if(&mut self, mut pred: impl FnMut(&T, Instant) -> bool) -> Vec<T> {
         let mut hits = Vec::new();
-        for index in 0..self.slots.len() {
-            let slot = self.slots[index];
-            if let (true, Some(value)) = (slot.occupied(), &self.values[index]) {
-                if pred(value, self.instant(slot.ticks)) {
-                    hits.push(index as u32);
+        for index in 0..self.slots.len() as u32 {
+            if let (true, Some(value)) = (
+                self.slots[index as usize].occupied(),
+                &self.values[index as usize],
+            ) {
+                if pred(value, self.instant(self.rec(index).ticks)) {
+                    hits.push(index);
                 }
             }
         }
@@ -349,65 +362,75 @@ impl<T> Timers<T> {
         (slot.generation == key.generation && slot.occupied()).then_some(key.index)
     }
 
-    /// Puts an occupied slot's entry on the side its deadline belongs to.
+    /// The record of an occupied slot.
     #[inline]
-    fn place(&mut self, index: u32) {
-        let slot = self.slots[index as usize];
-        let tick = slot.wheel_tick();
-        if tick < self.wheel.elapsed() {
-            self.push_near(index);
-        } else {
-            self.wheel.link(&mut self.slots, index, tick);
+    fn rec(&self, index: u32) -> &Rec {
+        let Slot { home, pos, .. } = self.slots[index as usize];
+        match home {
+            RUN => &self.run[pos as usize],
+            HEAP => self.heap.get(pos),
+            bucket => self.wheel.get(bucket, pos),
         }
     }
 
-    fn push_near(&mut self, index: u32) {
-        let slot = &mut self.slots[index as usize];
-        slot.prev = NEAR;
-        let rec = Rec {
-            ticks: slot.ticks,
-            seq: slot.seq,
-            slot: index,
-        };
-        self.near.push(&mut self.slots, rec);
+    /// Puts an entry on the side its deadline belongs to.
+    #[inline]
+    fn place(&mut self, rec: Rec) {
+        if wheel_tick(&rec) < self.wheel.elapsed() {
+            self.slots[rec.slot as usize].home = HEAP;
+            self.heap.push(&mut self.slots, rec);
+        } else {
+            self.wheel.link(&mut self.slots, rec);
+        }
     }
 
-    /// Takes an occupied slot's entry out of the wheel or the near heap.
+    /// Takes an occupied slot's entry out of its home.
     #[inline]
     fn unplace(&mut self, index: u32) {
-        let slot = self.slots[index as usize];
-        if slot.prev == NEAR {
-            self.near.remove_at(&mut self.slots, slot.next as usize);
-        } else {
-            self.wheel.unlink(&mut self.slots, index, slot.wheel_tick());
+        let Slot { home, pos, .. } = self.slots[index as usize];
+        match home {
+            RUN => {
+                self.run[pos as usize].slot = NIL;
+                self.run_live -= 1;
+            }
+            HEAP => {
+                self.heap.remove_at(&mut self.slots, pos as usize);
+            }
+            bucket => {
+                self.wheel.unlink(&mut self.slots, bucket, pos);
+            }
         }
     }
 
-    /// Opens the wheel's earliest bucket: a level 0 bucket moves to the near
-    /// heap and `elapsed` moves past it; a higher one cascades.
+    /// Opens the wheel's earliest bucket: a level 0 bucket, sorted, becomes
+    /// the run and `elapsed` moves past it; a higher one cascades.
     fn open(&mut self, bucket: Bucket) {
-        if bucket.level == 0 {
-            let mut at = self.wheel.take(bucket);
-            while at != NIL {
-                let next = self.slots[at as usize].next;
-                self.push_near(at);
-                at = next;
-            }
-            self.advance(bucket.start + 1);
-        } else {
+        if bucket.level > 0 {
             self.advance(bucket.start);
+            return;
         }
+        // Only opened when the near side is empty, so the run is used up:
+        // the bucket becomes the run, and the old run's allocation is dropped.
+        debug_assert!(self.run_live == 0 && self.cursor == self.run.len());
+        let mut opened = self.wheel.take(bucket);
+        opened.sort_unstable_by_key(|rec| (rec.ticks, rec.seq));
+        for (pos, rec) in opened.iter().enumerate() {
+            let slot = &mut self.slots[rec.slot as usize];
+            slot.home = RUN;
+            slot.pos = pos as u32;
+        }
+        self.run = opened;
+        self.cursor = 0;
+        self.run_live = self.run.len();
+        self.advance(bucket.start + 1);
     }
 
     /// Moves the wheel to `to` and cascades every bucket that then holds it.
     fn advance(&mut self, to: u64) {
         self.wheel.advance(to);
         while let Some(bucket) = self.wheel.to_cascade() {
-            let mut at = self.wheel.take(bucket);
-            while at != NIL {
-                let slot = self.slots[at as usize];
-                self.wheel.link(&mut self.slots, at, slot.wheel_tick());
-                at = slot.next;
+            for rec in self.wheel.take(bucket) {
+                self.wheel.link(&mut self.slots, rec);
             }
         }
     }
@@ -422,50 +445,59 @@ impl<T> Timers<T> {
     }
 
     /// Gives the live entries the sequence numbers `0..len` in their current
-    /// `(deadline, seq)` order. Relative order is unchanged, so the near heap
-    /// stays valid and FIFO among equal deadlines is kept. O(n log n), once
-    /// per 2^32 inserts and resets.
+    /// `(deadline, seq)` order. Relative order is unchanged, so the run and
+    /// the heap stay sorted and FIFO among equal deadlines is kept.
+    /// O(n log n), once per 2^32 inserts and resets.
     #[cold]
     fn renumber(&mut self) {
-        let mut order: Vec<u32> = (0..self.slots.len() as u32)
+        let mut order: Vec<(u64, u32, u32)> = (0..self.slots.len() as u32)
             .filter(|&i| self.slots[i as usize].occupied())
+            .map(|i| {
+                let rec = self.rec(i);
+                (rec.ticks, rec.seq, i)
+            })
             .collect();
-        order.sort_unstable_by_key(|&i| {
-            let slot = self.slots[i as usize];
-            (slot.ticks, slot.seq)
-        });
-        for (rank, &index) in order.iter().enumerate() {
-            self.slots[index as usize].seq = rank as u32;
+        order.sort_unstable();
+        let mut rank = vec![0u32; self.slots.len()];
+        for (r, &(_, _, index)) in order.iter().enumerate() {
+            rank[index as usize] = r as u32;
         }
-        self.near.refresh_seqs(&self.slots);
+        let mut fix = |rec: &mut Rec| {
+            if rec.slot != NIL {
+                rec.seq = rank[rec.slot as usize];
+            }
+        };
+        self.wheel.for_each_mut(&mut fix);
+        self.heap.for_each_mut(&mut fix);
+        self.run[self.cursor..].iter_mut().for_each(&mut fix);
         self.next_seq = order.len() as u32;
     }
 
     fn alloc_slot(&mut self) -> u32 {
         if self.free_head != NIL {
             let index = self.free_head;
-            self.free_head = self.slots[index as usize].next;
+            self.free_head = self.slots[index as usize].pos;
             return index;
         }
         let index = u32::try_from(self.slots.len())
             .ok()
-            .filter(|&i| i < NEAR)
-            .expect("DelayQueue holds more than u32::MAX - 2 entries");
+            .filter(|&i| i != NIL)
+            .expect("DelayQueue holds more than u32::MAX - 1 entries");
         self.slots.push(Slot::FREE);
         self.values.push(None);
         index
     }
 
-    /// Frees the slot of an entry already taken out of the wheel or heap.
+    /// Frees the slot of an entry already taken out of its home.
     fn free_slot(&mut self, index: u32) -> T {
         self.len -= 1;
         let slot = &mut self.slots[index as usize];
         slot.generation = slot.generation.wrapping_add(1);
-        slot.prev = NIL;
+        slot.home = NIL;
         // A generation about to wrap would let an old key match again: retire
         // the slot instead of recycling it.
         if slot.generation != 0 {
-            slot.next = self.free_head;
+            slot.pos = self.free_head;
             self.free_head = index;
         }
         // An occupied slot always holds a value.
@@ -483,11 +515,31 @@ impl<T> Timers<T> {
     }
 
     /// Checks the split (near entries before `elapsed`, wheel entries from
-    /// it), both structures, the slot table and the free list. O(n).
+    /// it), the three homes, the slot table and the free list. O(n).
     #[cfg(any(test, debug_assertions))]
     fn assert_invariants(&self) {
-        self.near.assert_invariants(&self.slots);
-        let in_wheel = self.wheel.assert_invariants(&self.slots, Slot::wheel_tick);
+        let elapsed = self.wheel.elapsed();
+        self.heap.assert_invariants(&self.slots);
+        let in_wheel = self.wheel.assert_invariants(&self.slots);
+        let mut live = 0;
+        let mut last = None;
+        for (pos, rec) in self.run.iter().enumerate().skip(self.cursor) {
+            if rec.slot == NIL {
+                continue;
+            }
+            live += 1;
+            let slot = &self.slots[rec.slot as usize];
+            assert!(slot.occupied(), "run entry in a free slot");
+            assert_eq!(
+                (slot.home, slot.pos as usize),
+                (RUN, pos),
+                "slot does not point back"
+            );
+            assert!(wheel_tick(rec) < elapsed, "run entry at or after elapsed");
+            assert!(last < Some((rec.ticks, rec.seq)), "run out of order");
+            last = Some((rec.ticks, rec.seq));
+        }
+        assert_eq!(live, self.run_live, "run_live is off");
         let mut occupied = 0;
         for (index, slot) in self.slots.iter().enumerate() {
             if !slot.occupied() {
@@ -498,17 +550,16 @@ impl<T> Timers<T> {
                 self.values[index].is_some(),
                 "occupied slot without a value"
             );
-            assert!(slot.seq < self.next_seq, "seq from the future");
-            if slot.prev == NEAR {
-                assert!(
-                    slot.wheel_tick() < self.wheel.elapsed(),
-                    "near entry at or after elapsed"
-                );
+            let rec = self.rec(index as u32);
+            assert_eq!(rec.slot as usize, index, "record of another slot");
+            assert!(rec.seq < self.next_seq, "seq from the future");
+            if slot.home == HEAP {
+                assert!(wheel_tick(rec) < elapsed, "heap entry at or after elapsed");
             }
         }
         assert_eq!(occupied, self.len, "occupied slots != len");
         assert_eq!(
-            in_wheel + self.near.len(),
+            in_wheel + live + self.heap.len(),
             self.len,
             "entries lost or doubled"
         );
@@ -520,7 +571,7 @@ impl<T> Timers<T> {
             assert!(self.values[at as usize].is_none());
             free += 1;
             assert!(free <= self.slots.len(), "free list has a cycle");
-            at = slot.next;
+            at = slot.pos;
         }
     }
 }
