@@ -8,8 +8,8 @@
 //!   so that instants before the origin order correctly too. That is exact for
 //!   any instant within 292 years of the origin; instants further away are
 //!   clamped to that horizon. An entry's *wheel tick* is its ticks >> 20.
-//! - Every entry is one 16-byte [`Rec`] (ticks, seq, slot) in one of three
-//!   homes: a wheel bucket, the sorted `run`, or the near `heap`; its
+//! - Every entry is one 16-byte [`Rec`] (ticks, seq, slot) in one of four
+//!   homes: a wheel bucket, the sorted `run`, the near `heap` or `late`; its
 //!   [`Slot`] records the home and the index there, and every move rewrites
 //!   them. `seq` grows with every insert and reset, so equal deadlines come
 //!   out first-in first-out; when the 32-bit `seq` runs out, the live entries
@@ -25,7 +25,9 @@
 //! - The run is consumed from `cursor`; an entry removed from it by key
 //!   leaves a tombstone (`slot == NIL`) that the cursor skips.
 //! - Entries inserted or reset to before `elapsed` (already due, or due
-//!   within the tick being served) go to the near heap.
+//!   within the tick being served) wait unsorted in `late` until the head is
+//!   next looked at; then a large batch is sorted and merged into the run,
+//!   and a small one goes to the near heap.
 //! - The wheel never runs ahead of the clock by more than two ticks: a pop
 //!   opens only buckets that may hold due entries, and a leader arming its
 //!   timer ([`Timers::wake_target`]) opens only buckets within two ticks of
@@ -54,6 +56,12 @@ pub(crate) const NIL: u32 = u32::MAX;
 const RUN: u32 = HOMES;
 /// `home` of an entry in the near heap.
 pub(crate) const HEAP: u32 = HOMES + 1;
+/// `home` of an entry inserted before `elapsed` and not yet filed.
+const LATE: u32 = HOMES + 2;
+
+/// The smallest batch of late entries that is sorted into the run rather
+/// than pushed onto the heap one by one.
+const LATE_SORT_MIN: usize = 64;
 
 /// How many wheel ticks ahead of the clock a waiting leader opens buckets to
 /// learn the exact head (about 2.1 ms): see [`Timers::wake_target`].
@@ -116,6 +124,9 @@ pub(crate) struct Timers<T> {
     /// Entries of `run[cursor..]` that are not tombstones.
     run_live: usize,
     heap: NearHeap,
+    /// Entries inserted before `elapsed`, unsorted, until the next look at
+    /// the head files them (`settle_late`).
+    late: Vec<Rec>,
     len: usize,
 }
 
@@ -132,6 +143,7 @@ impl<T> Timers<T> {
             cursor: 0,
             run_live: 0,
             heap: NearHeap::default(),
+            late: Vec::new(),
             len: 0,
         }
     }
@@ -175,6 +187,9 @@ impl<T> Timers<T> {
     /// The near side's head: the smaller of the run's and the heap's.
     #[inline]
     fn near_head(&mut self) -> Option<Rec> {
+        if !self.late.is_empty() {
+            self.settle_late();
+        }
         while let Some(rec) = self.run.get(self.cursor) {
             if rec.slot != NIL {
                 break;
@@ -191,6 +206,41 @@ impl<T> Timers<T> {
             }),
             (r, h) => r.or(h),
         }
+    }
+
+    /// Files the entries inserted before `elapsed` since the last look: a
+    /// batch that is large next to the run is sorted and merged into it, in
+    /// O(run + batch) (a million entries inserted already due come out of
+    /// one sort, not a million heap pushes); a small one goes to the heap.
+    #[cold]
+    fn settle_late(&mut self) {
+        let mut late = std::mem::take(&mut self.late);
+        if late.len() < LATE_SORT_MIN || late.len() * 8 < self.run_live {
+            for rec in late.drain(..) {
+                self.slots[rec.slot as usize].home = HEAP;
+                self.heap.push(&mut self.slots, rec);
+            }
+            self.late = late;
+            return;
+        }
+        sort_by_key(&mut late);
+        if self.run_live > 0 {
+            let rest = self.run[self.cursor..].iter().filter(|r| r.slot != NIL);
+            late = merge(rest.copied(), late);
+        }
+        self.set_run(late);
+    }
+
+    /// Makes `sorted` the run and points its slots at it.
+    fn set_run(&mut self, sorted: Vec<Rec>) {
+        for (pos, rec) in sorted.iter().enumerate() {
+            let slot = &mut self.slots[rec.slot as usize];
+            slot.home = RUN;
+            slot.pos = pos as u32;
+        }
+        self.run_live = sorted.len();
+        self.run = sorted;
+        self.cursor = 0;
     }
 
     /// The `(ticks, seq)` of the entry that comes out next. Opens wheel
@@ -369,6 +419,7 @@ impl<T> Timers<T> {
         match home {
             RUN => &self.run[pos as usize],
             HEAP => self.heap.get(pos),
+            LATE => &self.late[pos as usize],
             bucket => self.wheel.get(bucket, pos),
         }
     }
@@ -377,8 +428,10 @@ impl<T> Timers<T> {
     #[inline]
     fn place(&mut self, rec: Rec) {
         if wheel_tick(&rec) < self.wheel.elapsed() {
-            self.slots[rec.slot as usize].home = HEAP;
-            self.heap.push(&mut self.slots, rec);
+            let slot = &mut self.slots[rec.slot as usize];
+            slot.home = LATE;
+            slot.pos = self.late.len() as u32;
+            self.late.push(rec);
         } else {
             self.wheel.link(&mut self.slots, rec);
         }
@@ -396,6 +449,12 @@ impl<T> Timers<T> {
             HEAP => {
                 self.heap.remove_at(&mut self.slots, pos as usize);
             }
+            LATE => {
+                self.late.swap_remove(pos as usize);
+                if let Some(moved) = self.late.get(pos as usize) {
+                    self.slots[moved.slot as usize].pos = pos;
+                }
+            }
             bucket => {
                 self.wheel.unlink(&mut self.slots, bucket, pos);
             }
@@ -411,17 +470,10 @@ impl<T> Timers<T> {
         }
         // Only opened when the near side is empty, so the run is used up:
         // the bucket becomes the run, and the old run's allocation is dropped.
-        debug_assert!(self.run_live == 0 && self.cursor == self.run.len());
+        debug_assert!(self.run_live == 0 && self.late.is_empty());
         let mut opened = self.wheel.take(bucket);
-        opened.sort_unstable_by_key(|rec| (rec.ticks, rec.seq));
-        for (pos, rec) in opened.iter().enumerate() {
-            let slot = &mut self.slots[rec.slot as usize];
-            slot.home = RUN;
-            slot.pos = pos as u32;
-        }
-        self.run = opened;
-        self.cursor = 0;
-        self.run_live = self.run.len();
+        sort_by_key(&mut opened);
+        self.set_run(opened);
         self.advance(bucket.start + 1);
     }
 
@@ -469,6 +521,7 @@ impl<T> Timers<T> {
         };
         self.wheel.for_each_mut(&mut fix);
         self.heap.for_each_mut(&mut fix);
+        self.late.iter_mut().for_each(&mut fix);
         self.run[self.cursor..].iter_mut().for_each(&mut fix);
         self.next_seq = order.len() as u32;
     }
@@ -540,6 +593,15 @@ impl<T> Timers<T> {
             last = Some((rec.ticks, rec.seq));
         }
         assert_eq!(live, self.run_live, "run_live is off");
+        for (pos, rec) in self.late.iter().enumerate() {
+            let slot = &self.slots[rec.slot as usize];
+            assert_eq!(
+                (slot.home, slot.pos as usize),
+                (LATE, pos),
+                "slot does not point back"
+            );
+            assert!(wheel_tick(rec) < elapsed, "late entry at or after elapsed");
+        }
         let mut occupied = 0;
         for (index, slot) in self.slots.iter().enumerate() {
             if !slot.occupied() {
@@ -559,7 +621,7 @@ impl<T> Timers<T> {
         }
         assert_eq!(occupied, self.len, "occupied slots != len");
         assert_eq!(
-            in_wheel + live + self.heap.len(),
+            in_wheel + live + self.heap.len() + self.late.len(),
             self.len,
             "entries lost or doubled"
         );
@@ -573,6 +635,27 @@ impl<T> Timers<T> {
             assert!(free <= self.slots.len(), "free list has a cycle");
             at = slot.pos;
         }
+    }
+}
+
+/// Sorts records by `(ticks, seq)`, compared as one `u128`.
+fn sort_by_key(recs: &mut [Rec]) {
+    recs.sort_unstable_by_key(|r| (u128::from(r.ticks) << 32) | u128::from(r.seq));
+}
+
+/// Merges two runs sorted by `(ticks, seq)` into one.
+fn merge(a: impl Iterator<Item = Rec>, b: Vec<Rec>) -> Vec<Rec> {
+    let mut out = Vec::with_capacity(b.len() + a.size_hint().0);
+    let mut a = a.peekable();
+    let mut b = b.into_iter().peekable();
+    loop {
+        let take_a = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => (x.ticks, x.seq) < (y.ticks, y.seq),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return out,
+        };
+        out.extend(if take_a { a.next() } else { b.next() });
     }
 }
 

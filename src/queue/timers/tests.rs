@@ -290,3 +290,40 @@ mod model {
         }
     }
 }
+
+#[test]
+fn a_large_batch_inserted_already_due_is_merged_into_the_run_in_order() {
+    let base = Instant::now() + Duration::from_secs(60);
+    let mut timers = Timers::with_capacity(0);
+    let mut expected = Vec::new();
+    for i in 0..100u32 {
+        let d = base + Duration::from_micros(u64::from(i % 7) * 100);
+        timers.insert(i, d);
+        expected.push((d, i));
+    }
+    let later = base + Duration::from_millis(5);
+    // Opens the tick: the run holds what is left of it.
+    let first = timers.pop_due(later).unwrap();
+    assert!(timers.run_live > 0);
+    // Then a batch due before the wheel's elapsed tick, out of order, many
+    // with equal deadlines.
+    for i in 100..400u32 {
+        let d = base - Duration::from_micros(u64::from(i * 37 % 1_000));
+        timers.insert(i, d);
+        expected.push((d, i));
+    }
+    assert_eq!(timers.late.len(), 300);
+    expected.sort(); // by deadline, then insertion (values grow with it)
+    let mut got = vec![first];
+    got.extend(std::iter::from_fn(|| timers.pop_due(later)));
+    timers.assert_invariants();
+    // The first pop came before the batch was inserted.
+    let expected: Vec<u32> = std::iter::once(first)
+        .chain(expected.into_iter().map(|(_, i)| i).filter(|&i| i != first))
+        .collect();
+    assert_eq!(got, expected);
+    assert!(
+        timers.heap.len() == 0,
+        "the batch went to the run, not the heap"
+    );
+}
