@@ -3,10 +3,12 @@
 //! `punctual` provides two things, modelled on the JDK's `DelayQueue` and
 //! `ScheduledThreadPoolExecutor`:
 //!
-//! - [`DelayQueue`]: an async min-heap of values ordered by deadline, shared
-//!   by any number of producers and consumers. Removing or rescheduling an
-//!   entry by its [`Key`] costs O(log n), and waiting consumers use
-//!   Leader-Follower so that only one of them holds a timer.
+//! - [`DelayQueue`]: an async queue of values ordered exactly by deadline,
+//!   shared by any number of producers and consumers: a timing wheel holds
+//!   the far future and a small exact heap what is about to come due.
+//!   Inserting, removing or rescheduling an entry by its [`Key`] costs O(1)
+//!   while it is far off, and waiting consumers use Leader-Follower so that
+//!   only one of them holds a timer.
 //! - [`Scheduler`]: a pool of worker tasks running one-shot jobs (with a
 //!   result) and fixed-rate or fixed-delay periodic jobs from such a queue,
 //!   with [`JobHandle`]s that cancel by key, isolated panics, and JDK-style

@@ -26,7 +26,8 @@ use tokio::time::Instant;
 /// Values come out in deadline order; values with equal deadlines come out in
 /// insertion order. Every insertion returns a [`Key`] that can later
 /// [`remove`](DelayQueue::remove) the value or [`reset`](DelayQueue::reset)
-/// its deadline in O(log n).
+/// its deadline: O(1) while the entry is more than a tick (about a
+/// millisecond) away, O(log m) among the `m` entries about to come due.
 ///
 /// `DelayQueue` is a handle: [`Clone`] gives another handle to the *same*
 /// queue (no `T: Clone` needed), so producers and consumers on different tasks
@@ -493,7 +494,8 @@ impl<T> DelayQueue<T> {
 
     /// Removes the entry inserted as `key` and returns its value, or `None`
     /// if it was already taken or removed, or if `key` belongs to another
-    /// queue. O(log n).
+    /// queue. O(1) for an entry in the timing wheel, O(log m) among the `m`
+    /// entries about to come due.
     ///
     /// # Examples
     ///
