@@ -29,9 +29,15 @@ pub(crate) struct Rec {
 }
 
 impl Rec {
+    /// The ordering key: deadline, then insertion.
+    #[inline]
+    pub(crate) fn order(&self) -> (u64, u32) {
+        (self.ticks, self.seq)
+    }
+
     #[inline]
     fn less(&self, other: &Rec) -> bool {
-        (self.ticks, self.seq) < (other.ticks, other.seq)
+        self.order() < other.order()
     }
 }
 

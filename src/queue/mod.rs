@@ -326,16 +326,13 @@ impl<T> DelayQueue<T> {
             drop(state);
             return Err(Full(value));
         }
-        let slot = state.timers.insert(value, deadline);
+        let (slot, id) = state.timers.insert(value, deadline);
         let key = Key {
             slot: slot.index,
             generation: slot.generation,
             queue: state.id,
         };
-        let wake = match state.timers.id_of(slot) {
-            Some(id) => state.head_may_change(Change::Added(id)),
-            None => Wake::NONE,
-        };
+        let wake = state.head_may_change(Change::Added(id));
         self.shared.unlock_and_wake(state, wake);
         Ok(key)
     }
@@ -513,11 +510,10 @@ impl<T> DelayQueue<T> {
         if key.queue != state.id {
             return None;
         }
-        let id = state.timers.id_of(key.slot_key())?;
-        let value = state.timers.remove(key.slot_key());
+        let (value, id) = state.timers.remove(key.slot_key())?;
         let wake = state.head_may_change(Change::Removed(id));
         self.shared.unlock_and_wake(state, wake);
-        value
+        Some(value)
     }
 
     /// Moves the entry inserted as `key` to `now + delay`, keeping its key
@@ -573,14 +569,10 @@ impl<T> DelayQueue<T> {
         if key.queue != state.id {
             return false;
         }
-        let Some(old) = state.timers.id_of(key.slot_key()) else {
+        let Some((old, new)) = state.timers.reset(key.slot_key(), deadline) else {
             return false;
         };
-        state.timers.reset(key.slot_key(), deadline);
-        let wake = match state.timers.id_of(key.slot_key()) {
-            Some(new) => state.head_may_change(Change::Moved(old, new)),
-            None => Wake::NONE,
-        };
+        let wake = state.head_may_change(Change::Moved(old, new));
         self.shared.unlock_and_wake(state, wake);
         true
     }

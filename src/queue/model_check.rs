@@ -150,7 +150,12 @@ impl World {
         let base = Instant::now();
         let mut keys = Vec::new();
         for &(value, at) in entries {
-            keys.push(state.timers.insert(value, base + Duration::from_millis(at)));
+            keys.push(
+                state
+                    .timers
+                    .insert(value, base + Duration::from_millis(at))
+                    .0,
+            );
         }
         let inserted = ops.iter().filter_map(|op| match op {
             Op::Insert(_, at) => Some(*at),
@@ -287,14 +292,12 @@ impl World {
                 let change = match self.ops.remove(0) {
                     Op::Insert(value, at) => {
                         let deadline = self.instant(at);
-                        let key = self.state.timers.insert(value, deadline);
-                        self.state.timers.id_of(key).map(Change::Added)
+                        let (_, id) = self.state.timers.insert(value, deadline);
+                        Some(Change::Added(id))
                     }
                     Op::Remove(index) => {
-                        let key = self.keys[index];
-                        let id = self.state.timers.id_of(key);
-                        let _ = self.state.timers.remove(key);
-                        id.map(Change::Removed)
+                        let removed = self.state.timers.remove(self.keys[index]);
+                        removed.map(|(_, id)| Change::Removed(id))
                     }
                 };
                 let wake = change.map_or(Wake::NONE, |c| self.state.head_may_change(c));

@@ -2,7 +2,7 @@
 //!
 //! Ground rules:
 //!
-//! - One `std::sync::Mutex` guards [`State`]: the timers (wheel and near heap) and the bookkeeping of
+//! - One `std::sync::Mutex` guards [`State`]: the timers (wheel and near side) and the bookkeeping of
 //!   waiting consumers. It is never held across an `.await`, never held while
 //!   waking a task, and never held while a user value is dropped (a `Drop`
 //!   impl may call back into the queue).

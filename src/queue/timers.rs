@@ -199,12 +199,25 @@ impl<T> Timers<T> {
         let run = self.run.get(self.cursor).copied();
         let heap = self.heap.peek().copied();
         match (run, heap) {
-            (Some(r), Some(h)) => Some(if (h.ticks, h.seq) < (r.ticks, r.seq) {
-                h
-            } else {
-                r
-            }),
+            (Some(r), Some(h)) => Some(if h.order() < r.order() { h } else { r }),
             (r, h) => r.or(h),
+        }
+    }
+
+    /// The queue's head, once the near side holds it. Opens wheel buckets
+    /// that start at wheel tick `reach` or before; when the near side is
+    /// empty and the earliest bucket starts later, returns that bucket
+    /// (`Err(None)`: the queue is empty).
+    fn fill(&mut self, reach: u64) -> Result<Rec, Option<Bucket>> {
+        loop {
+            if let Some(rec) = self.near_head() {
+                return Ok(rec);
+            }
+            let bucket = self.wheel.earliest().ok_or(None)?;
+            if bucket.start > reach {
+                return Err(Some(bucket));
+            }
+            self.open(bucket);
         }
     }
 
@@ -246,13 +259,7 @@ impl<T> Timers<T> {
     /// The `(ticks, seq)` of the entry that comes out next. Opens wheel
     /// buckets until the near side holds the head, however far ahead.
     pub(crate) fn head(&mut self) -> Option<HeadId> {
-        loop {
-            if let Some(rec) = self.near_head() {
-                return Some((rec.ticks, rec.seq));
-            }
-            let bucket = self.wheel.earliest()?;
-            self.open(bucket);
-        }
+        self.fill(u64::MAX).ok().map(|rec| rec.order())
     }
 
     pub(crate) fn peek_deadline(&mut self) -> Option<Instant> {
@@ -268,23 +275,18 @@ impl<T> Timers<T> {
     /// the mark is `OPEN_AHEAD` ticks before the bucket starts, with a `seq`
     /// no entry has, and the leader comes back then to open it. Opening a far
     /// bucket at once instead would let the wheel run ahead of the clock, and
-    /// everything inserted before it would then go to the near heap.
+    /// everything inserted before it would then go to the near side.
     pub(crate) fn wake_target(&mut self, now: Instant) -> Option<HeadId> {
         let reach = (self.ticks(now) >> WHEEL_SHIFT).saturating_add(OPEN_AHEAD);
-        loop {
-            if let Some(rec) = self.near_head() {
-                return Some((rec.ticks, rec.seq));
-            }
-            let bucket = self.wheel.earliest()?;
-            if bucket.start > reach {
-                let records = self.wheel.records(bucket);
-                if records.len() <= SCAN_MAX {
-                    return records.iter().map(|r| (r.ticks, r.seq)).min();
-                }
-                return Some(((bucket.start - OPEN_AHEAD) << WHEEL_SHIFT, u32::MAX));
-            }
-            self.open(bucket);
+        let bucket = match self.fill(reach) {
+            Ok(rec) => return Some(rec.order()),
+            Err(bucket) => bucket?,
+        };
+        let records = self.wheel.records(bucket);
+        if records.len() <= SCAN_MAX {
+            return records.iter().map(Rec::order).min();
         }
+        Some(((bucket.start - OPEN_AHEAD) << WHEEL_SHIFT, u32::MAX))
     }
 
     /// The instant of a [`HeadId`]'s ticks.
@@ -298,7 +300,8 @@ impl<T> Timers<T> {
     ///
     /// Panics if `u32::MAX - 1` slots are in use at once (like a `Vec`
     /// overflowing its capacity, this needs far more memory than exists).
-    pub(crate) fn insert(&mut self, value: T, deadline: Instant) -> SlotKey {
+    /// Returns the new entry's key and its `(ticks, seq)`.
+    pub(crate) fn insert(&mut self, value: T, deadline: Instant) -> (SlotKey, HeadId) {
         let index = self.alloc_slot();
         let rec = Rec {
             ticks: self.ticks(deadline),
@@ -315,24 +318,15 @@ impl<T> Timers<T> {
         self.place(rec);
         self.len += 1;
         self.check();
-        key
+        (key, rec.order())
     }
 
     /// Removes and returns the head if its deadline is `<= now`.
     pub(crate) fn pop_due(&mut self, now: Instant) -> Option<T> {
         let now = self.ticks(now);
-        let head = loop {
-            if let Some(rec) = self.near_head() {
-                break rec;
-            }
-            // Only buckets that may hold due entries are opened: the wheel
-            // does not run ahead of the clock for a pop.
-            let bucket = self.wheel.earliest()?;
-            if bucket.start > now >> WHEEL_SHIFT {
-                return None;
-            }
-            self.open(bucket);
-        };
+        // Only buckets that may hold due entries are opened: the wheel does
+        // not run ahead of the clock for a pop.
+        let head = self.fill(now >> WHEEL_SHIFT).ok()?;
         if head.ticks > now {
             return None;
         }
@@ -342,21 +336,21 @@ impl<T> Timers<T> {
         Some(value)
     }
 
-    pub(crate) fn remove(&mut self, key: SlotKey) -> Option<T> {
+    /// Removes the entry; returns its value and its `(ticks, seq)`.
+    pub(crate) fn remove(&mut self, key: SlotKey) -> Option<(T, HeadId)> {
         let index = self.occupied_index(key)?;
-        self.unplace(index);
+        let rec = self.unplace(index);
         let value = self.free_slot(index);
         self.check();
-        Some(value)
+        Some((value, rec.order()))
     }
 
     /// Moves the entry to `deadline`, ordering it behind entries that already
-    /// have that deadline. Returns `false` for a stale key.
-    pub(crate) fn reset(&mut self, key: SlotKey, deadline: Instant) -> bool {
-        let Some(index) = self.occupied_index(key) else {
-            return false;
-        };
-        self.unplace(index);
+    /// have that deadline. Returns its `(ticks, seq)` before and after, or
+    /// `None` for a stale key.
+    pub(crate) fn reset(&mut self, key: SlotKey, deadline: Instant) -> Option<(HeadId, HeadId)> {
+        let index = self.occupied_index(key)?;
+        let old = self.unplace(index);
         let rec = Rec {
             ticks: self.ticks(deadline),
             seq: self.bump_seq(),
@@ -364,13 +358,7 @@ impl<T> Timers<T> {
         };
         self.place(rec);
         self.check();
-        true
-    }
-
-    /// The `(ticks, seq)` ordering key of a live entry.
-    pub(crate) fn id_of(&self, key: SlotKey) -> Option<HeadId> {
-        let rec = self.rec(self.occupied_index(key)?);
-        Some((rec.ticks, rec.seq))
+        Some((old.order(), rec.order()))
     }
 
     pub(crate) fn deadline(&self, key: SlotKey) -> Option<Instant> {
@@ -437,27 +425,26 @@ impl<T> Timers<T> {
         }
     }
 
-    /// Takes an occupied slot's entry out of its home.
+    /// Takes an occupied slot's entry out of its home and returns its record.
     #[inline]
-    fn unplace(&mut self, index: u32) {
+    fn unplace(&mut self, index: u32) -> Rec {
         let Slot { home, pos, .. } = self.slots[index as usize];
         match home {
             RUN => {
+                let rec = self.run[pos as usize];
                 self.run[pos as usize].slot = NIL;
                 self.run_live -= 1;
+                rec
             }
-            HEAP => {
-                self.heap.remove_at(&mut self.slots, pos as usize);
-            }
+            HEAP => self.heap.remove_at(&mut self.slots, pos as usize),
             LATE => {
-                self.late.swap_remove(pos as usize);
+                let rec = self.late.swap_remove(pos as usize);
                 if let Some(moved) = self.late.get(pos as usize) {
                     self.slots[moved.slot as usize].pos = pos;
                 }
+                rec
             }
-            bucket => {
-                self.wheel.unlink(&mut self.slots, bucket, pos);
-            }
+            bucket => self.wheel.unlink(&mut self.slots, bucket, pos),
         }
     }
 
@@ -502,16 +489,16 @@ impl<T> Timers<T> {
     /// O(n log n), once per 2^32 inserts and resets.
     #[cold]
     fn renumber(&mut self) {
-        let mut order: Vec<(u64, u32, u32)> = (0..self.slots.len() as u32)
+        let mut order: Vec<(HeadId, u32)> = (0..self.slots.len() as u32)
             .filter(|&i| self.slots[i as usize].occupied())
             .map(|i| {
                 let rec = self.rec(i);
-                (rec.ticks, rec.seq, i)
+                (rec.order(), i)
             })
             .collect();
         order.sort_unstable();
         let mut rank = vec![0u32; self.slots.len()];
-        for (r, &(_, _, index)) in order.iter().enumerate() {
+        for (r, &(_, index)) in order.iter().enumerate() {
             rank[index as usize] = r as u32;
         }
         let mut fix = |rec: &mut Rec| {
@@ -589,8 +576,8 @@ impl<T> Timers<T> {
                 "slot does not point back"
             );
             assert!(wheel_tick(rec) < elapsed, "run entry at or after elapsed");
-            assert!(last < Some((rec.ticks, rec.seq)), "run out of order");
-            last = Some((rec.ticks, rec.seq));
+            assert!(last < Some(rec.order()), "run out of order");
+            last = Some(rec.order());
         }
         assert_eq!(live, self.run_live, "run_live is off");
         for (pos, rec) in self.late.iter().enumerate() {
@@ -650,7 +637,7 @@ fn merge(a: impl Iterator<Item = Rec>, b: Vec<Rec>) -> Vec<Rec> {
     let mut b = b.into_iter().peekable();
     loop {
         let take_a = match (a.peek(), b.peek()) {
-            (Some(x), Some(y)) => (x.ticks, x.seq) < (y.ticks, y.seq),
+            (Some(x), Some(y)) => x.order() < y.order(),
             (Some(_), None) => true,
             (None, Some(_)) => false,
             (None, None) => return out,

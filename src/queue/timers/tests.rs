@@ -56,7 +56,7 @@ fn a_pop_does_not_open_buckets_ahead_of_the_clock() {
 }
 
 #[test]
-fn far_entries_cascade_down_to_the_near_heap_in_order() {
+fn far_entries_cascade_down_to_the_near_side_in_order() {
     let base = Instant::now();
     let mut timers = Timers::with_capacity(0);
     let year = 365 * 86_400_000;
@@ -79,12 +79,12 @@ fn far_entries_cascade_down_to_the_near_heap_in_order() {
 fn stale_key_misses_recycled_slot() {
     let base = Instant::now();
     let mut timers = Timers::with_capacity(0);
-    let old = timers.insert(1, base);
-    assert_eq!(timers.remove(old), Some(1));
-    let new = timers.insert(2, base);
+    let old = timers.insert(1, base).0;
+    assert_eq!(timers.remove(old).map(|(v, _)| v), Some(1));
+    let new = timers.insert(2, base).0;
     assert_eq!(new.index, old.index, "slot is recycled");
-    assert_eq!(timers.remove(old), None);
-    assert!(!timers.reset(old, at(base, 1)));
+    assert_eq!(timers.remove(old).map(|(v, _)| v), None);
+    assert!(timers.reset(old, at(base, 1)).is_none());
     assert_eq!(timers.deadline(new), Some(base));
 }
 
@@ -92,14 +92,14 @@ fn stale_key_misses_recycled_slot() {
 fn slot_is_retired_before_its_generation_wraps() {
     let base = Instant::now();
     let mut timers = Timers::with_capacity(0);
-    let key = timers.insert(0, base);
+    let key = timers.insert(0, base).0;
     timers.slots[key.index as usize].generation = u32::MAX;
     let last = SlotKey {
         index: key.index,
         generation: u32::MAX,
     };
-    assert_eq!(timers.remove(last), Some(0));
-    let next = timers.insert(1, base);
+    assert_eq!(timers.remove(last).map(|(v, _)| v), Some(0));
+    let next = timers.insert(1, base).0;
     assert_ne!(next.index, key.index, "a wrapping slot is not reused");
 }
 
@@ -110,7 +110,7 @@ fn running_out_of_sequence_numbers_keeps_fifo() {
     timers.insert('a', at(base, 1));
     timers.insert('z', at(base, 0));
     timers.insert('y', at(base, 500));
-    timers.head(); // moves 'z' and 'a' to the near heap
+    timers.head(); // moves 'z' and 'a' to the near side
     timers.next_seq = u32::MAX - 1;
     timers.insert('b', at(base, 1));
     timers.insert('c', at(base, 1)); // renumbers first
@@ -128,15 +128,15 @@ fn deadlines_round_trip_exactly_and_clamp_beyond_292_years() {
     let origin = timers.origin;
     let year = Duration::from_secs(365 * 86_400);
     let near = origin + year * 200 + Duration::from_nanos(7);
-    let key = timers.insert(0, near);
+    let key = timers.insert(0, near).0;
     assert_eq!(timers.deadline(key), Some(near));
     let past = origin
         .checked_sub(Duration::from_nanos(3))
         .unwrap_or(origin);
-    let key = timers.insert(1, past);
+    let key = timers.insert(1, past).0;
     assert_eq!(timers.deadline(key), Some(past));
     let beyond = origin + year * 1000;
-    let key = timers.insert(2, beyond);
+    let key = timers.insert(2, beyond).0;
     let clamped = timers.deadline(key).unwrap();
     assert!(clamped > origin + year * 292 && clamped < beyond);
     assert_eq!(timers.pop_due(origin), Some(1));
@@ -147,9 +147,9 @@ fn deadlines_round_trip_exactly_and_clamp_beyond_292_years() {
 fn reset_moves_behind_equal_deadlines() {
     let base = Instant::now();
     let mut timers = Timers::with_capacity(0);
-    let a = timers.insert('a', at(base, 1));
+    let a = timers.insert('a', at(base, 1)).0;
     timers.insert('b', at(base, 1));
-    assert!(timers.reset(a, at(base, 1)));
+    assert!(timers.reset(a, at(base, 1)).is_some());
     let far = at(base, 2);
     assert_eq!(timers.pop_due(far), Some('b'));
     assert_eq!(timers.pop_due(far), Some('a'));
@@ -221,7 +221,7 @@ mod model {
                     Op::Insert(ms) => {
                         // Deadlines are relative to the moving clock.
                         let d = t(now + ms);
-                        let key = timers.insert(next_value, d);
+                        let key = timers.insert(next_value, d).0;
                         model.insert((d, seq), next_value);
                         where_is.insert(next_value, keys.len());
                         keys.push((key, Some((d, seq))));
@@ -232,14 +232,14 @@ mod model {
                         let i = i % keys.len();
                         let (key, entry) = keys[i];
                         let expected = entry.and_then(|e| model.remove(&e));
-                        prop_assert_eq!(timers.remove(key), expected);
+                        prop_assert_eq!(timers.remove(key).map(|(v, _)| v), expected);
                         keys[i].1 = None;
                     }
                     Op::Reset(i, ms) if !keys.is_empty() => {
                         let i = i % keys.len();
                         let (key, entry) = keys[i];
                         let d = t(now + ms);
-                        prop_assert_eq!(timers.reset(key, d), entry.is_some());
+                        prop_assert_eq!(timers.reset(key, d).is_some(), entry.is_some());
                         if let Some(value) = entry.and_then(|e| model.remove(&e)) {
                             model.insert((d, seq), value);
                             keys[i].1 = Some((d, seq));
