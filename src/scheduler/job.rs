@@ -33,13 +33,14 @@
 //! and then drops them, after every lock is released, with panics contained
 //! (`cleanup.rs`).
 
+use super::begun::Begun;
 use super::cleanup::{Cleanup, Contained, contain};
 use super::error::{JobError, panic_message};
 use super::pool::{Pool, PoolState};
 use super::ticks::Cadence;
 use crate::queue::Key;
 use futures::FutureExt;
-use futures::future::{AbortHandle, AbortRegistration, Abortable, BoxFuture};
+use futures::future::{AbortHandle, AbortRegistration, BoxFuture};
 use std::any::Any;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -329,7 +330,10 @@ impl<W: Work> Job<W> {
         let outcome = match catch_unwind(AssertUnwindSafe(|| work.get_mut().start())) {
             Err(payload) => Outcome::Panicked(payload),
             Ok(run) => {
-                let run = Abortable::new(AssertUnwindSafe(run).catch_unwind(), registration);
+                // Polled once before an abort can stop it: a job counted as
+                // started always reaches its first await (see `begun.rs`).
+                let run = AssertUnwindSafe(run).catch_unwind();
+                let run = Begun::new(run, registration);
                 let mut run = Contained::new(self.id, run);
                 let result = run.get_mut().await;
                 drop(run);

@@ -1,5 +1,6 @@
 //! The scheduled executor: worker tasks taking jobs from a `DelayQueue`.
 
+mod begun;
 mod cleanup;
 #[cfg(feature = "cron")]
 mod cron;
