@@ -14,7 +14,9 @@
 //!   to the sorted run in `timers.rs`, so `m` stays small and a pop touches
 //!   memory that is in cache.
 
-use super::timers::{HEAP, Slot};
+#[cfg(any(test, debug_assertions))]
+use super::timers::HEAP;
+use super::timers::Slot;
 
 /// Children per node. Measured against 2, 8 and 16 in `benches/queue.rs`: 4
 /// halves the depth and keeps each node's children within one cache line.
@@ -47,7 +49,7 @@ pub(crate) struct NearHeap {
 }
 
 impl NearHeap {
-    #[inline]
+    #[cfg(any(test, debug_assertions))]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }

@@ -327,3 +327,33 @@ fn a_large_batch_inserted_already_due_is_merged_into_the_run_in_order() {
         "the batch went to the run, not the heap"
     );
 }
+
+proptest::proptest! {
+    /// The radix sort (taken for large batches in `seq` order) and the
+    /// comparison sort agree, for spans of ticks from one value to the whole
+    /// `u64` range and with many equal ticks.
+    #[test]
+    fn sort_by_key_orders_by_ticks_then_seq(
+        ticks in proptest::collection::vec(0u64..64, 0..1200),
+        scale in 0u32..58,
+        base in proptest::prelude::any::<u64>(),
+        shuffle in proptest::prelude::any::<bool>(),
+    ) {
+        let mut recs: Vec<Rec> = ticks
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| Rec {
+                ticks: base.saturating_add(t << scale),
+                seq: i as u32 * 3,
+                slot: i as u32,
+            })
+            .collect();
+        if shuffle {
+            recs.reverse();
+        }
+        let mut expected = recs.clone();
+        expected.sort_by_key(Rec::order);
+        sort_by_key(&mut recs);
+        proptest::prop_assert_eq!(recs, expected);
+    }
+}
