@@ -14,9 +14,9 @@
 //!   to the sorted run in `timers.rs`, so `m` stays small and a pop touches
 //!   memory that is in cache.
 
+use super::slot::Slot;
 #[cfg(any(test, debug_assertions))]
 use super::timers::HEAP;
-use super::timers::Slot;
 
 /// Children per node. Measured against 2, 8 and 16 in `benches/queue.rs`: 4
 /// halves the depth and keeps each node's children within one cache line.
@@ -59,14 +59,14 @@ impl NearHeap {
         self.entries.first()
     }
 
-    pub(crate) fn push(&mut self, slots: &mut [Slot], rec: Rec) {
+    pub(crate) fn push<T>(&mut self, slots: &mut [Slot<T>], rec: Rec) {
         let pos = self.entries.len();
         self.entries.push(rec);
         self.sift_up(slots, pos);
     }
 
     /// Removes the record at `pos` (as recorded in its slot).
-    pub(crate) fn remove_at(&mut self, slots: &mut [Slot], pos: usize) -> Rec {
+    pub(crate) fn remove_at<T>(&mut self, slots: &mut [Slot<T>], pos: usize) -> Rec {
         let removed = self.entries.swap_remove(pos);
         if pos == 0 && !self.entries.is_empty() {
             // Popping the head: the former last record almost always belongs
@@ -94,7 +94,7 @@ impl NearHeap {
     }
 
     /// Moves the record at `pos` up to its place; returns where it ended.
-    fn sift_up(&mut self, slots: &mut [Slot], mut pos: usize) -> usize {
+    fn sift_up<T>(&mut self, slots: &mut [Slot<T>], mut pos: usize) -> usize {
         let rec = self.entries[pos];
         while pos > 0 {
             let parent = (pos - 1) / ARITY;
@@ -127,7 +127,7 @@ impl NearHeap {
     }
 
     /// Moves the record at `pos` down to its place.
-    fn sift_down(&mut self, slots: &mut [Slot], mut pos: usize) {
+    fn sift_down<T>(&mut self, slots: &mut [Slot<T>], mut pos: usize) {
         let rec = self.entries[pos];
         while let Some(min) = self.min_child(pos) {
             let below = self.entries[min];
@@ -144,7 +144,7 @@ impl NearHeap {
     /// aside while the smaller child climbs into the hole at every level down
     /// to a leaf; then the record is placed there and sifted up. Saves the
     /// comparison with the held record on the way down.
-    fn sift_hole_down_then_up(&mut self, slots: &mut [Slot]) {
+    fn sift_hole_down_then_up<T>(&mut self, slots: &mut [Slot<T>]) {
         let held = self.entries[0];
         let mut hole = 0;
         while let Some(min) = self.min_child(hole) {
@@ -157,7 +157,7 @@ impl NearHeap {
     }
 
     #[inline]
-    fn place(&mut self, slots: &mut [Slot], pos: usize, rec: Rec) {
+    fn place<T>(&mut self, slots: &mut [Slot<T>], pos: usize, rec: Rec) {
         self.entries[pos] = rec;
         slots[rec.slot as usize].pos = pos as u32;
     }
@@ -165,7 +165,7 @@ impl NearHeap {
     /// Checks heap order and that every record's slot points back to it and
     /// agrees on its key. O(m).
     #[cfg(any(test, debug_assertions))]
-    pub(crate) fn assert_invariants(&self, slots: &[Slot]) {
+    pub(crate) fn assert_invariants<T>(&self, slots: &[Slot<T>]) {
         for (pos, rec) in self.entries.iter().enumerate() {
             if pos > 0 {
                 let parent = &self.entries[(pos - 1) / ARITY];
@@ -177,7 +177,7 @@ impl NearHeap {
                 "near record {pos} points at a free slot"
             );
             assert_eq!(
-                (slot.home, slot.pos as usize),
+                (slot.home(), slot.pos as usize),
                 (HEAP, pos),
                 "slot does not point back"
             );

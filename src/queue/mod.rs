@@ -4,6 +4,7 @@ mod full;
 mod heap;
 #[cfg(test)]
 mod model_check;
+mod slot;
 mod state;
 mod stream;
 mod timers;
@@ -357,9 +358,8 @@ impl<T> DelayQueue<T> {
     /// # }
     /// ```
     pub fn try_take(&self) -> Option<T> {
-        let now = Instant::now();
         let mut state = self.shared.lock();
-        let value = state.timers.pop_due(now);
+        let value = state.timers.pop_due_by(Instant::now);
         self.shared.unlock_and_wake(state, Wake::NONE);
         value
     }

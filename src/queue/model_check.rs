@@ -350,7 +350,7 @@ impl World {
         let mut seat = self.consumers[i].seat;
         let pc = self.consumers[i].pc.clone();
         let next = match pc {
-            Pc::Start => match self.state.take_due(now, &mut |_| {}) {
+            Pc::Start => match self.state.take_due(|| now, &mut |_| {}) {
                 Some((value, wake)) => {
                     self.got.push(value);
                     Pc::Deliver(wake, Then::Return)

@@ -97,13 +97,14 @@ impl<T> State<T> {
         self.after_leave()
     }
 
-    /// The fast path: takes the head if it is already due.
+    /// The fast path: takes the head if it is already due. `clock` is read
+    /// only if the head is not due by its last reading.
     pub(crate) fn take_due(
         &mut self,
-        now: Instant,
+        clock: impl FnOnce() -> Instant,
         on_take: &mut impl FnMut(&T),
     ) -> Option<(T, Wake)> {
-        let value = self.timers.pop_due(now)?;
+        let value = self.timers.pop_due_by(clock)?;
         on_take(&value);
         Some((value, self.after_leave()))
     }
@@ -144,7 +145,7 @@ pub(crate) async fn take_until<T>(
     // waiter bookkeeping.
     {
         let mut state = shared.lock();
-        if let Some((value, wake)) = state.take_due(Instant::now(), &mut on_take) {
+        if let Some((value, wake)) = state.take_due(Instant::now, &mut on_take) {
             shared.unlock_and_wake(state, wake);
             return Some(value);
         }

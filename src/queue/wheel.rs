@@ -36,7 +36,7 @@
 //! order exact.
 
 use super::heap::Rec;
-use super::timers::Slot;
+use super::slot::Slot;
 
 /// Levels of buckets; 8 × 6 bits cover every wheel tick (< 2^44).
 const LEVELS: usize = 8;
@@ -107,16 +107,14 @@ impl Wheel {
     /// Adds `rec`, due at a wheel tick `>= elapsed`, to its bucket and
     /// records where in its slot. O(1).
     #[inline]
-    pub(crate) fn link(&mut self, slots: &mut [Slot], rec: Rec) {
+    pub(crate) fn link<T>(&mut self, slots: &mut [Slot<T>], rec: Rec) {
         let tick = wheel_tick(&rec);
         debug_assert!(tick >= self.elapsed, "linking an entry before elapsed");
         let level = level_for(self.elapsed, tick);
         let index = index_for(tick, level);
         let home = level * BUCKETS + index;
         let bucket = &mut self.buckets[home];
-        let slot = &mut slots[rec.slot as usize];
-        slot.home = home as u32;
-        slot.pos = bucket.len() as u32;
+        slots[rec.slot as usize].set_place(home as u32, bucket.len() as u32);
         bucket.push(rec);
         self.occupied[level] |= 1 << index;
     }
@@ -129,7 +127,7 @@ impl Wheel {
 
     /// Removes the record at `home`/`pos`; the bucket's last record takes
     /// its place. O(1).
-    pub(crate) fn unlink(&mut self, slots: &mut [Slot], home: u32, pos: u32) -> Rec {
+    pub(crate) fn unlink<T>(&mut self, slots: &mut [Slot<T>], home: u32, pos: u32) -> Rec {
         let bucket = &mut self.buckets[home as usize];
         let rec = bucket.swap_remove(pos as usize);
         if let Some(moved) = bucket.get(pos as usize) {
@@ -203,7 +201,7 @@ impl Wheel {
     /// entry sits where the placement rule puts it. Returns the number of
     /// entries. O(n).
     #[cfg(any(test, debug_assertions))]
-    pub(crate) fn assert_invariants(&self, slots: &[Slot]) -> usize {
+    pub(crate) fn assert_invariants<T>(&self, slots: &[Slot<T>]) -> usize {
         let mut count = 0;
         for level in 0..LEVELS {
             for index in 0..BUCKETS {
@@ -219,7 +217,7 @@ impl Wheel {
                     let slot = &slots[rec.slot as usize];
                     assert!(slot.generation & 1 == 1, "free slot in a bucket");
                     assert_eq!(
-                        (slot.home, slot.pos),
+                        (slot.home(), slot.pos),
                         (home as u32, pos as u32),
                         "slot does not point back"
                     );
@@ -261,9 +259,10 @@ mod tests {
     #[test]
     fn bucket_start_is_the_first_tick_it_spans() {
         let mut wheel = Wheel::new(70);
-        let mut slots = vec![Slot::FREE; 3];
+        let mut slots = vec![Slot::<()>::FREE; 3];
         for (i, tick) in [(0, 4096 * 3 + 5), (1, 64 * 5 + 1), (2, 71)] {
             slots[i].generation = 1;
+            slots[i].fill(());
             let rec = Rec {
                 ticks: tick << WHEEL_SHIFT,
                 seq: i as u32,

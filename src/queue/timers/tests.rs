@@ -27,6 +27,22 @@ fn pop_due_leaves_future_entries() {
 }
 
 #[test]
+fn pop_due_by_reads_the_clock_only_when_the_head_is_not_known_due() {
+    let base = Instant::now();
+    let mut timers = Timers::with_capacity(0);
+    for ms in 0..3 {
+        timers.insert(ms, at(base, ms));
+    }
+    assert_eq!(timers.pop_due_by(|| at(base, 1)), Some(0));
+    // Due by the last reading: the clock is not read.
+    let unread = || -> Instant { panic!("the head was due by the last reading") };
+    assert_eq!(timers.pop_due_by(unread), Some(1));
+    // Not due by the last reading: read, and still not due.
+    assert_eq!(timers.pop_due_by(|| at(base, 1)), None);
+    assert_eq!(timers.pop_due_by(|| at(base, 2)), Some(2));
+}
+
+#[test]
 fn entries_within_one_wheel_tick_keep_nanosecond_order() {
     let base = Instant::now();
     let mut timers = Timers::with_capacity(0);
