@@ -347,11 +347,13 @@ impl<T> Timers<T> {
         value
     }
 
-    /// Every [`WARM`] pops from the run, reads the slots and values of the
-    /// next `WARM` entries at once. The run is in deadline order, which visits
-    /// the slot table at random: without this every pop of a large queue
-    /// waits for its own cache misses one after another; with it, the misses
-    /// of a batch are in flight together.
+    /// Every [`WARM`] pops from the run, reads the slots of the next `WARM`
+    /// entries at once. The run is in deadline order, which visits the slot
+    /// table at random: without this every pop of a large queue waits for
+    /// its own cache misses one after another; with it, the misses of a
+    /// batch are in flight together. Both ends of each slot are read (the
+    /// generation and the home, which sits with the value), since a slot may
+    /// straddle two cache lines.
     #[inline]
     fn warm_run(&self) {
         if self.cursor % WARM != 0 {
@@ -360,7 +362,7 @@ impl<T> Timers<T> {
         let mut touched = 0u32;
         for rec in self.run[self.cursor..].iter().take(WARM) {
             if let Some(slot) = self.slots.get(rec.slot as usize) {
-                touched = touched.wrapping_add(slot.generation);
+                touched = touched.wrapping_add(slot.generation ^ slot.home());
             }
         }
         std::hint::black_box(touched);
