@@ -10,10 +10,11 @@
 //!   clamped to that horizon. An entry's *wheel tick* is its ticks >> 20.
 //! - Every entry is one 16-byte [`Rec`] (ticks, seq, slot) in one of four
 //!   homes: a wheel bucket, the sorted `run`, the near `heap` or `late`; its
-//!   [`Slot`] records the home and the index there, and every move rewrites
-//!   them. `seq` grows with every insert and reset, so equal deadlines come
-//!   out first-in first-out; when the 32-bit `seq` runs out, the live entries
-//!   are renumbered in their current order (once per 2^32 inserts).
+//!   [`Slot`] holds the value and records the home and the index there, and
+//!   every move rewrites them. `seq` grows with every insert and reset, so
+//!   equal deadlines come out first-in first-out; when the 32-bit `seq` runs
+//!   out, the live entries are renumbered in their current order (once per
+//!   2^32 inserts).
 //! - **The split that keeps order exact**: an entry whose wheel tick is below
 //!   the wheel's `elapsed` is on the near side (`run` or `heap`), every other
 //!   entry is in the wheel ([`Wheel`]). So every near entry is due before
@@ -23,7 +24,10 @@
 //!   level 0 bucket (one tick) is sorted and becomes the run, and `elapsed`
 //!   moves just past it; a higher bucket cascades (see `wheel.rs`).
 //! - The run is consumed from `cursor`; an entry removed from it by key
-//!   leaves a tombstone (`slot == NIL`) that the cursor skips.
+//!   leaves a tombstone (`slot == NIL`) that the cursor skips. The run visits
+//!   the slot table in deadline order, that is at random, so the pops read
+//!   the run's next 16 slots at once, 16 at a time (`warm_run`), and their
+//!   cache misses overlap.
 //! - Entries inserted or reset to before `elapsed` (already due, or due
 //!   within the tick being served) wait unsorted in `late` until the head is
 //!   next looked at; then a large batch is sorted and merged into the run,
@@ -103,6 +107,8 @@ pub(crate) struct Timers<T> {
     cursor: usize,
     /// Entries of `run[cursor..]` that are not tombstones.
     run_live: usize,
+    /// `run[..warmed]` was read ahead by [`Timers::warm_run`].
+    warmed: usize,
     heap: NearHeap,
     /// Entries inserted before `elapsed`, unsorted, until the next look at
     /// the head files them (`settle_late`).
@@ -122,6 +128,7 @@ impl<T> Timers<T> {
             run: Vec::new(),
             cursor: 0,
             run_live: 0,
+            warmed: 0,
             heap: NearHeap::default(),
             late: Vec::new(),
             len: 0,
@@ -232,6 +239,7 @@ impl<T> Timers<T> {
         self.run_live = sorted.len();
         self.run = sorted;
         self.cursor = 0;
+        self.warmed = 0;
     }
 
     /// The `(ticks, seq)` of the entry that comes out next. Opens wheel
@@ -292,7 +300,7 @@ impl<T> Timers<T> {
             index,
             generation: slot.generation,
         };
-        slot.fill(value);
+        slot.put(value);
         self.place(rec);
         self.len += 1;
         self.check();
@@ -310,7 +318,15 @@ impl<T> Timers<T> {
     /// monotonic clock taken now: it is called only if the head is not due
     /// by the latest reading seen before. Draining a backlog of due entries
     /// then reads the clock once, not once per entry.
+    ///
+    /// Every reading must come from the one clock the queue is used with:
+    /// a reading from a paused Tokio clock that was advanced would make
+    /// entries look due to a caller on the real clock, and the other way
+    /// round.
     pub(crate) fn pop_due_by(&mut self, clock: impl FnOnce() -> Instant) -> Option<T> {
+        if self.len == 0 {
+            return None;
+        }
         let head = match self.due_head(self.seen) {
             Some(head) => head,
             None => {
@@ -334,8 +350,10 @@ impl<T> Timers<T> {
     /// Removes `head`, the near side's head, and returns its value.
     #[inline]
     fn take_head(&mut self, head: Rec) -> T {
-        if self.slots[head.slot as usize].home() == RUN {
+        let slot = &self.slots[head.slot as usize];
+        if slot.home() == RUN {
             // `near_head` skipped the tombstones: the head is `run[cursor]`.
+            debug_assert_eq!(slot.pos as usize, self.cursor);
             self.warm_run();
             self.cursor += 1;
             self.run_live -= 1;
@@ -347,18 +365,19 @@ impl<T> Timers<T> {
         value
     }
 
-    /// Every [`WARM`] pops from the run, reads the slots of the next `WARM`
-    /// entries at once. The run is in deadline order, which visits the slot
+    /// Once the cursor passes what was read ahead, reads the slots of the
+    /// next [`WARM`] entries of the run at once. The run is in deadline order, which visits the slot
     /// table at random: without this every pop of a large queue waits for
     /// its own cache misses one after another; with it, the misses of a
     /// batch are in flight together. Both ends of each slot are read (the
     /// generation and the home, which sits with the value), since a slot may
     /// straddle two cache lines.
     #[inline]
-    fn warm_run(&self) {
-        if self.cursor % WARM != 0 {
+    fn warm_run(&mut self) {
+        if self.cursor < self.warmed {
             return;
         }
+        self.warmed = self.cursor + WARM;
         let mut touched = 0u32;
         for rec in self.run[self.cursor..].iter().take(WARM) {
             if let Some(slot) = self.slots.get(rec.slot as usize) {
@@ -678,8 +697,9 @@ fn radix_sort_ticks(recs: &mut Vec<Rec>) {
     let bits = u64::BITS - (max - min).leading_zeros();
     let passes = bits.div_ceil(RADIX_BITS) as usize;
     let mask = (1u64 << RADIX_BITS) - 1;
-    let digit =
-        |rec: &Rec, pass: usize| ((rec.ticks - min) >> (pass as u32 * RADIX_BITS) & mask) as usize;
+    let digit = |rec: &Rec, pass: usize| {
+        (((rec.ticks - min) >> (pass as u32 * RADIX_BITS)) & mask) as usize
+    };
     // Every pass's counts from one read of the batch.
     let mut counts = vec![[0usize; 1 << RADIX_BITS]; passes];
     for rec in recs.iter() {

@@ -262,7 +262,7 @@ mod tests {
         let mut slots = vec![Slot::<()>::FREE; 3];
         for (i, tick) in [(0, 4096 * 3 + 5), (1, 64 * 5 + 1), (2, 71)] {
             slots[i].generation = 1;
-            slots[i].fill(());
+            slots[i].put(());
             let rec = Rec {
                 ticks: tick << WHEEL_SHIFT,
                 seq: i as u32,

@@ -183,7 +183,8 @@ mod model {
         Insert(i64),
         Remove(usize),
         Reset(usize, i64),
-        PopDue,
+        /// Pops by `pop_due` (false) or by `pop_due_by` (true).
+        PopDue(bool),
         Advance(i64),
         Head,
         RemoveIfDivisible(u32),
@@ -207,7 +208,7 @@ mod model {
             5 => offset().prop_map(Op::Insert),
             2 => any::<usize>().prop_map(Op::Remove),
             2 => (any::<usize>(), offset()).prop_map(|(k, d)| Op::Reset(k, d)),
-            3 => Just(Op::PopDue),
+            3 => any::<bool>().prop_map(Op::PopDue),
             2 => offset().prop_map(|d| Op::Advance(d.max(0) / 2)),
             1 => Just(Op::Head),
             1 => (2u32..6).prop_map(Op::RemoveIfDivisible),
@@ -262,13 +263,17 @@ mod model {
                         }
                         seq += 1;
                     }
-                    Op::PopDue => {
+                    Op::PopDue(lazy) => {
                         let expected = model
                             .first_key_value()
                             .filter(|((d, _), _)| *d <= t(now))
                             .map(|(k, _)| *k);
                         let expected = expected.and_then(|k| model.remove(&k));
-                        let got = timers.pop_due(t(now));
+                        let got = if lazy {
+                            timers.pop_due_by(|| t(now))
+                        } else {
+                            timers.pop_due(t(now))
+                        };
                         prop_assert_eq!(got, expected);
                         if let Some(v) = got {
                             keys[where_is[&v]].1 = None;
