@@ -57,6 +57,7 @@
     rust_2018_idioms
 )]
 
+mod lock;
 mod queue;
 #[cfg(feature = "redis")]
 pub mod redis;

@@ -100,3 +100,21 @@ fn redis_types_are_send_and_sync() {
     }
     let _ = futures_are_send;
 }
+
+fn unwind_safe<T: std::panic::UnwindSafe + std::panic::RefUnwindSafe>(_: &T) {}
+
+/// A queue and a scheduler can be used across `catch_unwind`, as with the
+/// `std` mutexes they were first built on.
+#[test]
+fn queue_and_scheduler_are_unwind_safe() {
+    let q: DelayQueue<String> = DelayQueue::new();
+    unwind_safe(&q);
+    let key = q.insert(String::new(), std::time::Duration::ZERO);
+    unwind_safe(&key);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    unwind_safe(&Scheduler::new(1));
+}

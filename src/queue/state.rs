@@ -2,10 +2,11 @@
 //!
 //! Ground rules:
 //!
-//! - One `std::sync::Mutex` guards [`State`]: the timers (wheel and near side) and the bookkeeping of
-//!   waiting consumers. It is never held across an `.await`, never held while
-//!   waking a task, and never held while a user value is dropped (a `Drop`
-//!   impl may call back into the queue).
+//! - One lock ([`Lock`](crate::lock::Lock)) guards [`State`]: the timers
+//!   (wheel and near side) and the bookkeeping of waiting consumers. It is
+//!   never held across an `.await`, never held while waking a task, and never
+//!   held while a user value is dropped (a `Drop` impl may call back into the
+//!   queue).
 //! - Waiting consumers park on one [`Notify`]. A parked consumer always
 //!   enabled its `Notified` *before* it last looked at the state, so a
 //!   `notify_one` issued after that look reaches it (or another parked
@@ -18,8 +19,8 @@
 //!   follows a leader that exists.
 
 use super::timers::{HeadId, Timers};
+use crate::lock::{Guard, Lock};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::sync::Notify;
 
 /// Queue identities are handed out once per process and never reused, so a
@@ -33,7 +34,7 @@ pub(crate) fn next_queue_id() -> u64 {
 
 #[derive(Debug)]
 pub(crate) struct Shared<T> {
-    state: Mutex<State<T>>,
+    state: Lock<State<T>>,
     pub(crate) notify: Notify,
 }
 
@@ -76,7 +77,7 @@ pub(crate) struct Wake(bool);
 impl<T> Shared<T> {
     pub(crate) fn new(capacity: usize) -> Self {
         Shared {
-            state: Mutex::new(State {
+            state: Lock::new(State {
                 timers: Timers::with_capacity(capacity),
                 id: next_queue_id(),
                 leader: None,
@@ -89,15 +90,13 @@ impl<T> Shared<T> {
         }
     }
 
-    /// Locks the state. A panic while the lock was held cannot leave the
-    /// queue half-updated (user code never runs under the lock), so poisoning
-    /// is ignored.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State<T>> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Locks the state. User code never runs under the lock.
+    pub(crate) fn lock(&self) -> Guard<'_, State<T>> {
+        self.state.lock()
     }
 
     /// Releases the lock, then delivers the wake-up decided under it.
-    pub(crate) fn unlock_and_wake(&self, state: MutexGuard<'_, State<T>>, wake: Wake) {
+    pub(crate) fn unlock_and_wake(&self, state: Guard<'_, State<T>>, wake: Wake) {
         state.check();
         drop(state);
         if wake.0 {

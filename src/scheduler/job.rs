@@ -38,13 +38,14 @@ use super::cleanup::{Cleanup, Contained, contain};
 use super::error::{JobError, panic_message};
 use super::pool::{Pool, PoolState};
 use super::ticks::Cadence;
+use crate::lock::{Guard, Lock};
 use crate::queue::Key;
 use futures::FutureExt;
 use futures::future::{AbortHandle, AbortRegistration, BoxFuture};
 use std::any::Any;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use tokio::time::Instant;
 
@@ -150,7 +151,7 @@ struct JobState<W: Work> {
 
 pub(crate) struct Job<W: Work> {
     id: u64,
-    state: Mutex<JobState<W>>,
+    state: Lock<JobState<W>>,
 }
 
 /// The type-erased view of a job that the pool's queue holds.
@@ -197,7 +198,7 @@ impl<W: Work> Job<W> {
     pub(crate) fn new(id: u64, work: W) -> Self {
         Job {
             id,
-            state: Mutex::new(JobState {
+            state: Lock::new(JobState {
                 phase: Phase::New(work),
                 waker: None,
                 runs: 0,
@@ -206,9 +207,9 @@ impl<W: Work> Job<W> {
         }
     }
 
-    /// User code never runs under this lock, so poisoning is ignored.
-    fn lock(&self) -> MutexGuard<'_, JobState<W>> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    /// User code never runs under this lock.
+    fn lock(&self) -> Guard<'_, JobState<W>> {
+        self.state.lock()
     }
 
     /// `New` → `Queued` at `deadline`. The caller holds the pool lock, so no

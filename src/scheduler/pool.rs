@@ -30,13 +30,14 @@ use super::Stats;
 use super::cleanup::{Cleanup, contain};
 use super::error::panic_message;
 use super::job::Task;
+use crate::lock::{Guard, Lock};
 use crate::queue::DelayQueue;
 use std::cell::Cell;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::{Pin, pin};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -51,7 +52,7 @@ pub(crate) struct Config {
 pub(crate) struct Pool {
     pub(crate) queue: DelayQueue<Arc<dyn Task>>,
     pub(crate) config: Config,
-    state: Mutex<PoolState>,
+    state: Lock<PoolState>,
     /// Tells idle workers that the pool is done.
     done: Notify,
     terminated: Notify,
@@ -61,7 +62,7 @@ pub(crate) struct Pool {
 }
 
 /// A worker's claim slot: the job it took off the queue, until it starts it.
-type Claim = Mutex<Option<Arc<dyn Task>>>;
+type Claim = Lock<Option<Arc<dyn Task>>>;
 
 pub(crate) struct PoolState {
     pub(crate) shutdown: bool,
@@ -80,7 +81,7 @@ impl Pool {
         Pool {
             queue: DelayQueue::new(),
             config,
-            state: Mutex::new(PoolState {
+            state: Lock::new(PoolState {
                 shutdown: false,
                 stopped: false,
                 stats: Stats::default(),
@@ -92,14 +93,12 @@ impl Pool {
             done: Notify::new(),
             terminated: Notify::new(),
             next_id: AtomicU64::new(1),
-            claims: (0..workers).map(|_| Mutex::new(None)).collect(),
+            claims: (0..workers).map(|_| Lock::new(None)).collect(),
         }
     }
 
-    fn claim_slot(&self, worker: usize) -> MutexGuard<'_, Option<Arc<dyn Task>>> {
-        self.claims[worker]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    fn claim_slot(&self, worker: usize) -> Guard<'_, Option<Arc<dyn Task>>> {
+        self.claims[worker].lock()
     }
 
     /// The job worker `worker` took off the queue but has not started.
@@ -119,14 +118,14 @@ impl Pool {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// User code never runs under this lock, so poisoning is ignored.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, PoolState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    /// User code never runs under this lock.
+    pub(crate) fn lock(&self) -> Guard<'_, PoolState> {
+        self.state.lock()
     }
 
     /// Releases the pool lock after a change that may have left the pool
     /// done, and tells the idle workers if so.
-    pub(crate) fn unlock(&self, mut ps: MutexGuard<'_, PoolState>) {
+    pub(crate) fn unlock(&self, mut ps: Guard<'_, PoolState>) {
         let now_done = !ps.done && ps.shutdown && ps.stats.pending == 0 && ps.stats.running == 0;
         ps.done |= now_done;
         drop(ps);
