@@ -366,12 +366,12 @@ impl<T> Timers<T> {
     }
 
     /// Once the cursor passes what was read ahead, reads the slots of the
-    /// next [`WARM`] entries of the run at once. The run is in deadline order, which visits the slot
-    /// table at random: without this every pop of a large queue waits for
-    /// its own cache misses one after another; with it, the misses of a
-    /// batch are in flight together. Both ends of each slot are read (the
-    /// generation and the home, which sits with the value), since a slot may
-    /// straddle two cache lines.
+    /// next [`WARM`] entries of the run at once. The run is in deadline
+    /// order, which visits the slot table at random: without this every pop
+    /// of a large queue waits for its own cache misses one after another;
+    /// with it, the misses of a batch are in flight together. A slot may
+    /// straddle two cache lines, so both of its ends are read: its home
+    /// comes first and its generation last (see `slot.rs`).
     #[inline]
     fn warm_run(&mut self) {
         if self.cursor < self.warmed {
@@ -679,9 +679,12 @@ fn sort_by_key(recs: &mut Vec<Rec>) {
     }
 }
 
-/// Below this many records a comparison sort is as fast as the radix sort.
+/// Smaller batches are sorted by comparison: the radix sort's fixed cost
+/// (2048 counters per pass) would dominate them. Chosen, not tuned.
 const RADIX_MIN: usize = 256;
-/// Bits of the key sorted per radix pass: 2048 counters fit in L1.
+/// Bits of the key sorted per radix pass: one pass's 2048 counters fit in
+/// L1. Measured against 8 bits (four passes for 200 ms of deadlines instead
+/// of three): past-due expiry 82-86 ms against 76-78 ms per 1M entries.
 const RADIX_BITS: u32 = 11;
 
 /// A stable least-significant-digit radix sort of `recs` by ticks. Only the
