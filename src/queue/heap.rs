@@ -172,10 +172,7 @@ impl NearHeap {
                 assert!(!rec.less(parent), "heap order broken at {pos}");
             }
             let slot = &slots[rec.slot as usize];
-            assert!(
-                slot.generation & 1 == 1,
-                "near record {pos} points at a free slot"
-            );
+            assert!(slot.occupied(), "near record {pos} points at a free slot");
             assert_eq!(
                 (slot.home(), slot.pos as usize),
                 (HEAP, pos),

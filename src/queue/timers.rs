@@ -691,10 +691,10 @@ const RADIX_BITS: u32 = 11;
 /// bits in which the batch's ticks differ are sorted on: a tick's bucket (a
 /// 2^20 ns span) takes two passes, 200 ms of deadlines three.
 fn radix_sort_ticks(recs: &mut Vec<Rec>) {
-    let (Some(min), Some(max)) = (
-        recs.iter().map(|r| r.ticks).min(),
-        recs.iter().map(|r| r.ticks).max(),
-    ) else {
+    let Some((min, max)) = recs.iter().fold(None, |span, r| match span {
+        None => Some((r.ticks, r.ticks)),
+        Some((lo, hi)) => Some((r.ticks.min(lo), r.ticks.max(hi))),
+    }) else {
         return;
     };
     let bits = u64::BITS - (max - min).leading_zeros();

@@ -215,7 +215,7 @@ impl Wheel {
                 );
                 for (pos, rec) in bucket.iter().enumerate() {
                     let slot = &slots[rec.slot as usize];
-                    assert!(slot.generation & 1 == 1, "free slot in a bucket");
+                    assert!(slot.occupied(), "free slot in a bucket");
                     assert_eq!(
                         (slot.home(), slot.pos),
                         (home as u32, pos as u32),
