@@ -82,7 +82,7 @@ impl NearHeap {
     }
 
     /// The record at `pos`.
-    #[inline]
+    #[cfg(any(test, debug_assertions))]
     pub(crate) fn get(&self, pos: u32) -> &Rec {
         &self.entries[pos as usize]
     }

@@ -8,13 +8,17 @@
 //!   so that instants before the origin order correctly too. That is exact for
 //!   any instant within 292 years of the origin; instants further away are
 //!   clamped to that horizon. An entry's *wheel tick* is its ticks >> 20.
-//! - Every entry is one 16-byte [`Rec`] (ticks, seq, slot) in one of four
-//!   homes: a wheel bucket, the sorted `run`, the near `heap` or `late`; its
-//!   [`Slot`] holds the value and records the home and the index there, and
-//!   every move rewrites them. `seq` grows with every insert and reset, so
-//!   equal deadlines come out first-in first-out; when the 32-bit `seq` runs
-//!   out, the live entries are renumbered in their current order (once per
-//!   2^32 inserts).
+//! - Every entry has a [`Slot`] that holds its `(ticks, seq)`, its value, and
+//!   its home and the index there: a wheel bucket (which holds slot
+//!   indices), or the near side's sorted `run`, `heap` or `late` (which hold
+//!   16-byte [`Rec`]s, a copy of the ticks and seq beside the slot index, so
+//!   that sorting and sifting read no slot). Every move rewrites the home and
+//!   index. Removing or resetting a far entry by key so reads its slot and
+//!   nothing else: the wheel leaves the bucket's index behind, dead (see
+//!   `wheel.rs`). `seq` grows with every insert and reset, so equal
+//!   deadlines come out first-in first-out; when the 32-bit `seq` runs out,
+//!   the live entries are renumbered in their current order (once per 2^32
+//!   inserts).
 //! - **The split that keeps order exact**: an entry whose wheel tick is below
 //!   the wheel's `elapsed` is on the near side (`run` or `heap`), every other
 //!   entry is in the wheel ([`Wheel`]). So every near entry is due before
@@ -44,13 +48,14 @@
 //!   A slot whose generation would wrap around is retired, never reused.
 //!
 //! Costs, with `n` entries in all and `m` in the near heap: insert O(1) into
-//! the wheel, O(log m) near; remove and reset by key O(1) in the wheel or
+//! the wheel, O(log m) near; remove and reset by key O(1) in the wheel (one
+//! slot read, plus at most `COMPACT_STEP` reads of a compacting bucket) or
 //! run, O(log m) in the heap; pop O(1) from the run, O(log m) from the heap;
 //! and, amortized per entry, one sort of its tick's bucket and at most seven
 //! cascades over its life.
 
 use super::heap::{NearHeap, Rec};
-use super::slot::Slot;
+use super::slot::{Slot, UNPLACED};
 use super::wheel::{Bucket, HOMES, WHEEL_SHIFT, Wheel, wheel_tick};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -268,9 +273,8 @@ impl<T> Timers<T> {
             Ok(rec) => return Some(rec.order()),
             Err(bucket) => bucket?,
         };
-        let records = self.wheel.records(bucket);
-        if records.len() <= SCAN_MAX {
-            return records.iter().map(Rec::order).min();
+        if let Some(head) = self.wheel.min_within(bucket, &self.slots, SCAN_MAX) {
+            return Some(head);
         }
         Some(((bucket.start - OPEN_AHEAD) << WHEEL_SHIFT, u32::MAX))
     }
@@ -289,22 +293,19 @@ impl<T> Timers<T> {
     /// Returns the new entry's key and its `(ticks, seq)`.
     pub(crate) fn insert(&mut self, value: T, deadline: Instant) -> (SlotKey, HeadId) {
         let index = self.alloc_slot();
-        let rec = Rec {
-            ticks: self.ticks(deadline),
-            seq: self.bump_seq(),
-            slot: index,
-        };
+        let ticks = self.ticks(deadline);
+        let seq = self.bump_seq();
         let slot = &mut self.slots[index as usize];
         slot.generation = slot.generation.wrapping_add(1);
         let key = SlotKey {
             index,
             generation: slot.generation,
         };
-        slot.put(value);
-        self.place(rec);
+        slot.put(value, ticks, seq);
+        self.place(index);
         self.len += 1;
         self.check();
-        (key, rec.order())
+        (key, (ticks, seq))
     }
 
     /// Removes and returns the head if its deadline is `<= now`.
@@ -371,7 +372,7 @@ impl<T> Timers<T> {
     /// of a large queue waits for its own cache misses one after another;
     /// with it, the misses of a batch are in flight together. A slot may
     /// straddle two cache lines, so both of its ends are read: its home
-    /// comes first and its generation last (see `slot.rs`).
+    /// comes first and its ticks last (see `slot.rs`).
     #[inline]
     fn warm_run(&mut self) {
         if self.cursor < self.warmed {
@@ -381,7 +382,7 @@ impl<T> Timers<T> {
         let mut touched = 0u32;
         for rec in self.run[self.cursor..].iter().take(WARM) {
             if let Some(slot) = self.slots.get(rec.slot as usize) {
-                touched = touched.wrapping_add(slot.generation ^ slot.home());
+                touched = touched.wrapping_add(slot.home() ^ slot.ticks as u32);
             }
         }
         std::hint::black_box(touched);
@@ -390,10 +391,10 @@ impl<T> Timers<T> {
     /// Removes the entry; returns its value and its `(ticks, seq)`.
     pub(crate) fn remove(&mut self, key: SlotKey) -> Option<(T, HeadId)> {
         let index = self.occupied_index(key)?;
-        let rec = self.unplace(index);
+        let order = self.unplace(index);
         let value = self.free_slot(index);
         self.check();
-        Some((value, rec.order()))
+        Some((value, order))
     }
 
     /// Moves the entry to `deadline`, ordering it behind entries that already
@@ -402,19 +403,17 @@ impl<T> Timers<T> {
     pub(crate) fn reset(&mut self, key: SlotKey, deadline: Instant) -> Option<(HeadId, HeadId)> {
         let index = self.occupied_index(key)?;
         let old = self.unplace(index);
-        let rec = Rec {
-            ticks: self.ticks(deadline),
-            seq: self.bump_seq(),
-            slot: index,
-        };
-        self.place(rec);
+        let ticks = self.ticks(deadline);
+        let seq = self.bump_seq();
+        self.slots[index as usize].set_order(ticks, seq);
+        self.place(index);
         self.check();
-        Some((old.order(), rec.order()))
+        Some((old, (ticks, seq)))
     }
 
     pub(crate) fn deadline(&self, key: SlotKey) -> Option<Instant> {
-        let rec = self.rec(self.occupied_index(key)?);
-        Some(self.instant(rec.ticks))
+        let index = self.occupied_index(key)?;
+        Some(self.instant(self.slots[index as usize].ticks))
     }
 
     pub(crate) fn contains(&self, key: SlotKey) -> bool {
@@ -426,8 +425,9 @@ impl<T> Timers<T> {
     pub(crate) fn remove_if(&mut self, mut pred: impl FnMut(&T, Instant) -> bool) -> Vec<T> {
         let mut hits = Vec::new();
         for index in 0..self.slots.len() as u32 {
-            if let Some(value) = self.slots[index as usize].value() {
-                if pred(value, self.instant(self.rec(index).ticks)) {
+            let slot = &self.slots[index as usize];
+            if let Some(value) = slot.value() {
+                if pred(value, self.instant(slot.ticks)) {
                     hits.push(index);
                 }
             }
@@ -448,52 +448,48 @@ impl<T> Timers<T> {
         (slot.generation == key.generation && slot.occupied()).then_some(key.index)
     }
 
-    /// The record of an occupied slot.
+    /// Puts the entry of slot `index`, its `(ticks, seq)` set, on the side
+    /// its deadline belongs to.
     #[inline]
-    fn rec(&self, index: u32) -> &Rec {
-        let slot = &self.slots[index as usize];
-        let pos = slot.pos;
-        match slot.home() {
-            RUN => &self.run[pos as usize],
-            HEAP => self.heap.get(pos),
-            LATE => &self.late[pos as usize],
-            bucket => self.wheel.get(bucket, pos),
-        }
-    }
-
-    /// Puts an entry on the side its deadline belongs to.
-    #[inline]
-    fn place(&mut self, rec: Rec) {
-        if wheel_tick(&rec) < self.wheel.elapsed() {
-            self.slots[rec.slot as usize].set_place(LATE, self.late.len() as u32);
-            self.late.push(rec);
+    fn place(&mut self, index: u32) {
+        let slot = &mut self.slots[index as usize];
+        if wheel_tick(slot.ticks) < self.wheel.elapsed() {
+            let (ticks, seq) = slot.order();
+            slot.set_place(LATE, self.late.len() as u32);
+            self.late.push(Rec {
+                ticks,
+                seq,
+                slot: index,
+            });
         } else {
-            self.wheel.link(&mut self.slots, rec);
+            self.wheel.link(&mut self.slots, index);
         }
     }
 
-    /// Takes an occupied slot's entry out of its home and returns its record.
+    /// Takes an occupied slot's entry out of its home; returns its
+    /// `(ticks, seq)`.
     #[inline]
-    fn unplace(&mut self, index: u32) -> Rec {
+    fn unplace(&mut self, index: u32) -> HeadId {
         let slot = &self.slots[index as usize];
-        let (home, pos) = (slot.home(), slot.pos);
+        let (home, pos, order) = (slot.home(), slot.pos, slot.order());
         match home {
             RUN => {
-                let rec = self.run[pos as usize];
                 self.run[pos as usize].slot = NIL;
                 self.run_live -= 1;
-                rec
             }
-            HEAP => self.heap.remove_at(&mut self.slots, pos as usize),
+            HEAP => {
+                self.heap.remove_at(&mut self.slots, pos as usize);
+            }
             LATE => {
-                let rec = self.late.swap_remove(pos as usize);
+                self.late.swap_remove(pos as usize);
                 if let Some(moved) = self.late.get(pos as usize) {
                     self.slots[moved.slot as usize].pos = pos;
                 }
-                rec
             }
-            bucket => self.wheel.unlink(&mut self.slots, bucket, pos),
+            bucket => self.wheel.unlink(&mut self.slots, bucket, index),
         }
+        self.slots[index as usize].set_place(UNPLACED, 0);
+        order
     }
 
     /// Opens the wheel's earliest bucket: a level 0 bucket, sorted, becomes
@@ -506,7 +502,18 @@ impl<T> Timers<T> {
         // Only opened when the near side is empty, so the run is used up:
         // the bucket becomes the run, and the old run's allocation is dropped.
         debug_assert!(self.run_live == 0 && self.late.is_empty());
-        let mut opened = self.wheel.take(bucket);
+        let ids = self.wheel.take(bucket, &self.slots);
+        let mut opened: Vec<Rec> = ids
+            .iter()
+            .map(|&index| {
+                let (ticks, seq) = self.slots[index as usize].order();
+                Rec {
+                    ticks,
+                    seq,
+                    slot: index,
+                }
+            })
+            .collect();
         sort_by_key(&mut opened);
         self.set_run(opened);
         self.advance(bucket.start + 1);
@@ -516,8 +523,8 @@ impl<T> Timers<T> {
     fn advance(&mut self, to: u64) {
         self.wheel.advance(to);
         while let Some(bucket) = self.wheel.to_cascade() {
-            for rec in self.wheel.take(bucket) {
-                self.wheel.link(&mut self.slots, rec);
+            for index in self.wheel.take(bucket, &self.slots) {
+                self.wheel.link(&mut self.slots, index);
             }
         }
     }
@@ -539,22 +546,18 @@ impl<T> Timers<T> {
     fn renumber(&mut self) {
         let mut order: Vec<(HeadId, u32)> = (0..self.slots.len() as u32)
             .filter(|&i| self.slots[i as usize].occupied())
-            .map(|i| {
-                let rec = self.rec(i);
-                (rec.order(), i)
-            })
+            .map(|i| (self.slots[i as usize].order(), i))
             .collect();
         order.sort_unstable();
-        let mut rank = vec![0u32; self.slots.len()];
-        for (r, &(_, index)) in order.iter().enumerate() {
-            rank[index as usize] = r as u32;
+        for (rank, &((ticks, _), index)) in order.iter().enumerate() {
+            self.slots[index as usize].set_order(ticks, rank as u32);
         }
+        let slots = &self.slots;
         let mut fix = |rec: &mut Rec| {
             if rec.slot != NIL {
-                rec.seq = rank[rec.slot as usize];
+                rec.seq = slots[rec.slot as usize].order().1;
             }
         };
-        self.wheel.for_each_mut(&mut fix);
         self.heap.for_each_mut(&mut fix);
         self.late.iter_mut().for_each(&mut fix);
         self.run[self.cursor..].iter_mut().for_each(&mut fix);
@@ -620,7 +623,15 @@ impl<T> Timers<T> {
                 (RUN, pos),
                 "slot does not point back"
             );
-            assert!(wheel_tick(rec) < elapsed, "run entry at or after elapsed");
+            assert_eq!(
+                slot.order(),
+                rec.order(),
+                "run record disagrees with its slot"
+            );
+            assert!(
+                wheel_tick(rec.ticks) < elapsed,
+                "run entry at or after elapsed"
+            );
             assert!(last < Some(rec.order()), "run out of order");
             last = Some(rec.order());
         }
@@ -632,7 +643,15 @@ impl<T> Timers<T> {
                 (LATE, pos),
                 "slot does not point back"
             );
-            assert!(wheel_tick(rec) < elapsed, "late entry at or after elapsed");
+            assert_eq!(
+                slot.order(),
+                rec.order(),
+                "late record disagrees with its slot"
+            );
+            assert!(
+                wheel_tick(rec.ticks) < elapsed,
+                "late entry at or after elapsed"
+            );
         }
         let mut occupied = 0;
         for (index, slot) in self.slots.iter().enumerate() {
@@ -641,11 +660,24 @@ impl<T> Timers<T> {
             }
             occupied += 1;
             assert!(slot.value().is_some(), "occupied slot without a value");
-            let rec = self.rec(index as u32);
-            assert_eq!(rec.slot as usize, index, "record of another slot");
-            assert!(rec.seq < self.next_seq, "seq from the future");
-            if slot.home() == HEAP {
-                assert!(wheel_tick(rec) < elapsed, "heap entry at or after elapsed");
+            let (ticks, seq) = slot.order();
+            assert!(seq < self.next_seq, "seq from the future");
+            match slot.home() {
+                HEAP => {
+                    let rec = self.heap.get(slot.pos);
+                    assert_eq!(rec.slot as usize, index, "record of another slot");
+                    assert_eq!(
+                        rec.order(),
+                        (ticks, seq),
+                        "heap record disagrees with its slot"
+                    );
+                    assert!(
+                        wheel_tick(ticks) < elapsed,
+                        "heap entry at or after elapsed"
+                    );
+                }
+                RUN | LATE => {} // checked above, from their side
+                home => assert!(home < HOMES, "occupied slot without a home"),
             }
         }
         assert_eq!(occupied, self.len, "occupied slots != len");

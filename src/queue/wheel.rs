@@ -21,12 +21,23 @@
 //!   highest level first; then every entry is where the placement rule puts
 //!   it, which [`Wheel::assert_invariants`] checks. An entry cascades at most
 //!   seven times in its life.
-//! - **Buckets**: a bucket is a `Vec` of 16-byte records, with one bit per
-//!   bucket in `occupied`; each entry's slot records its bucket and index, so
-//!   linking is a push and unlinking a `swap_remove`, both O(1). A `Vec`
-//!   rather than a linked list because opening or cascading a bucket then
-//!   reads it front to back instead of chasing one cache miss per entry, and
-//!   linking touches no other entry.
+//! - **Buckets**: a bucket is a `Vec` of slot indices, with one bit per
+//!   bucket in `occupied` and a count of its live entries; each entry's slot
+//!   records its deadline, its bucket and its index there. Linking is a
+//!   push, O(1). A `Vec` rather than a linked list because opening or
+//!   cascading a bucket then reads it front to back instead of chasing one
+//!   cache miss per entry, and linking touches no other entry.
+//! - **Lazy removal**: unlinking an entry touches only its slot (which the
+//!   caller reads anyway, to check the key) and the bucket's live count, not
+//!   the bucket: on a queue much larger than the cache that saves a cache
+//!   miss per removal, and the lock is held that much less. The index left
+//!   behind is dead: its slot no longer points back to it (it was freed, or
+//!   moved and maybe reused), and whoever reads the bucket skips it. A bucket
+//!   whose entries all left is emptied at once. A bucket in which dead
+//!   indices outnumber live ones is compacted a few indices per later
+//!   removal ([`COMPACT_STEP`]), never all at once, so no single removal
+//!   stalls the queue; the dead indices of a bucket are at most about twice
+//!   its live ones.
 //! - **No ticking**: nothing here runs on a timer. `elapsed` moves only when
 //!   the queue opens the earliest bucket, so an idle wheel costs nothing and
 //!   a far deadline costs a handful of cascades, not one step per tick.
@@ -35,8 +46,9 @@
 //! moves it to the near side (`timers.rs`), which is what keeps the queue's
 //! order exact.
 
-use super::heap::Rec;
-use super::slot::Slot;
+use super::slot::{Slot, UNPLACED};
+use super::timers::HeadId;
+use std::fmt;
 
 /// Levels of buckets; 8 × 6 bits cover every wheel tick (< 2^44).
 const LEVELS: usize = 8;
@@ -48,6 +60,17 @@ pub(crate) const HOMES: u32 = (LEVELS * BUCKETS) as u32;
 
 /// Nanosecond ticks per wheel tick: 2^20 ns, about 1.05 ms.
 pub(crate) const WHEEL_SHIFT: u32 = 20;
+
+/// A bucket starts compacting once it holds more dead indices than live
+/// ones, and at least this many.
+const COMPACT_MIN: usize = 16;
+
+/// Indices a compacting bucket reads per removal from it. Compaction is
+/// begun at about twice as many indices as live entries and each removal
+/// adds one dead index, so at 8 per removal it ends well before the dead
+/// ones could double again; a removal then reads at most 8 more slots,
+/// independent ones whose cache misses overlap.
+pub(crate) const COMPACT_STEP: usize = 8;
 
 /// A bucket with entries: where it is and the first tick it spans.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,11 +86,39 @@ impl Bucket {
     }
 }
 
-#[derive(Debug, Clone)]
+/// The slot indices of one bucket, live and dead.
+#[derive(Debug, Clone, Default)]
+struct Members {
+    ids: Vec<u32>,
+    /// Indices whose slot points back to them.
+    live: u32,
+    /// While compacting: `ids[..write]` is compacted, `ids[write..read]`
+    /// is garbage, `ids[read..]` is still to be read.
+    compacting: Option<(u32, u32)>,
+}
+
+#[derive(Clone)]
 pub(crate) struct Wheel {
     elapsed: u64,
-    buckets: Vec<Vec<Rec>>,
+    buckets: Box<[Members]>,
     occupied: [u64; LEVELS],
+}
+
+impl fmt::Debug for Wheel {
+    /// Only the buckets that hold indices: the model check keys its states
+    /// by this text, and 512 empty buckets would dominate it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let held: Vec<_> = self
+            .buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, members)| !members.ids.is_empty())
+            .collect();
+        f.debug_struct("Wheel")
+            .field("elapsed", &self.elapsed)
+            .field("buckets", &held)
+            .finish()
+    }
 }
 
 /// The level at which an entry due at `tick` sits while the wheel is at
@@ -84,16 +135,17 @@ fn index_for(tick: u64, level: usize) -> usize {
     ((tick >> (BITS as usize * level)) & (BUCKETS as u64 - 1)) as usize
 }
 
+/// The wheel tick of a deadline in nanosecond ticks.
 #[inline]
-pub(crate) fn wheel_tick(rec: &Rec) -> u64 {
-    rec.ticks >> WHEEL_SHIFT
+pub(crate) fn wheel_tick(ticks: u64) -> u64 {
+    ticks >> WHEEL_SHIFT
 }
 
 impl Wheel {
     pub(crate) fn new(elapsed: u64) -> Self {
         Wheel {
             elapsed,
-            buckets: (0..HOMES).map(|_| Vec::new()).collect(),
+            buckets: (0..HOMES).map(|_| Members::default()).collect(),
             occupied: [0; LEVELS],
         }
     }
@@ -104,40 +156,46 @@ impl Wheel {
         self.elapsed
     }
 
-    /// Adds `rec`, due at a wheel tick `>= elapsed`, to its bucket and
-    /// records where in its slot. O(1).
+    /// Adds the entry of slot `index`, due at a wheel tick `>= elapsed`, to
+    /// its bucket and records where in its slot. O(1).
     #[inline]
-    pub(crate) fn link<T>(&mut self, slots: &mut [Slot<T>], rec: Rec) {
-        let tick = wheel_tick(&rec);
+    pub(crate) fn link<T>(&mut self, slots: &mut [Slot<T>], index: u32) {
+        let slot = &mut slots[index as usize];
+        let tick = wheel_tick(slot.ticks);
         debug_assert!(tick >= self.elapsed, "linking an entry before elapsed");
         let level = level_for(self.elapsed, tick);
-        let index = index_for(tick, level);
-        let home = level * BUCKETS + index;
-        let bucket = &mut self.buckets[home];
-        slots[rec.slot as usize].set_place(home as u32, bucket.len() as u32);
-        bucket.push(rec);
-        self.occupied[level] |= 1 << index;
+        let bucket = index_for(tick, level);
+        let home = level * BUCKETS + bucket;
+        let members = &mut self.buckets[home];
+        slot.set_place(home as u32, members.ids.len() as u32);
+        members.ids.push(index);
+        members.live += 1;
+        self.occupied[level] |= 1 << bucket;
     }
 
-    /// The record at `home`/`pos`.
+    /// Takes the entry of slot `index` out of its bucket `home`, leaving its
+    /// index there dead: the slot is marked unplaced, and the caller places
+    /// it again or frees it. Touches the bucket itself only to empty it when
+    /// its last live entry leaves, or to compact it a little. O(1).
     #[inline]
-    pub(crate) fn get(&self, home: u32, pos: u32) -> &Rec {
-        &self.buckets[home as usize][pos as usize]
-    }
-
-    /// Removes the record at `home`/`pos`; the bucket's last record takes
-    /// its place. O(1).
-    pub(crate) fn unlink<T>(&mut self, slots: &mut [Slot<T>], home: u32, pos: u32) -> Rec {
-        let bucket = &mut self.buckets[home as usize];
-        let rec = bucket.swap_remove(pos as usize);
-        if let Some(moved) = bucket.get(pos as usize) {
-            slots[moved.slot as usize].pos = pos;
+    pub(crate) fn unlink<T>(&mut self, slots: &mut [Slot<T>], home: u32, index: u32) {
+        slots[index as usize].set_place(UNPLACED, 0);
+        let members = &mut self.buckets[home as usize];
+        members.live -= 1;
+        if members.live == 0 {
+            members.ids.clear();
+            members.compacting = None;
+            let (level, bucket) = (home as usize / BUCKETS, home as usize % BUCKETS);
+            self.occupied[level] &= !(1 << bucket);
+            return;
         }
-        if bucket.is_empty() {
-            let (level, index) = (home as usize / BUCKETS, home as usize % BUCKETS);
-            self.occupied[level] &= !(1 << index);
+        let dead = members.ids.len() - members.live as usize;
+        if members.compacting.is_none() && dead >= COMPACT_MIN && dead > members.live as usize {
+            members.compacting = Some((0, 0));
         }
-        rec
+        if members.compacting.is_some() {
+            compact(members, slots, home, COMPACT_STEP);
+        }
     }
 
     /// The earliest bucket with entries. O(levels).
@@ -162,16 +220,45 @@ impl Wheel {
         }
     }
 
-    /// The records of `bucket`, in no particular order.
-    pub(crate) fn records(&self, bucket: Bucket) -> &[Rec] {
-        &self.buckets[bucket.home()]
+    /// The smallest `(ticks, seq)` in `bucket`, if it holds at most `max`
+    /// indices (live or dead); `None` for a larger bucket.
+    pub(crate) fn min_within<T>(
+        &self,
+        bucket: Bucket,
+        slots: &[Slot<T>],
+        max: usize,
+    ) -> Option<HeadId> {
+        let home = bucket.home();
+        let ids = &self.buckets[home].ids;
+        if ids.len() > max {
+            return None;
+        }
+        live_ids(ids, slots, home as u32)
+            .map(|(_, index)| slots[index as usize].order())
+            .min()
     }
 
-    /// Empties `bucket` and returns its records; their slots still name it,
-    /// so the caller places every one of them again. O(1).
-    pub(crate) fn take(&mut self, bucket: Bucket) -> Vec<Rec> {
+    /// Empties `bucket` and returns the indices of its live entries, in no
+    /// particular order; their slots still name it, so the caller places
+    /// every one of them again. O(indices in the bucket).
+    pub(crate) fn take<T>(&mut self, bucket: Bucket, slots: &[Slot<T>]) -> Vec<u32> {
         self.occupied[bucket.level] &= !(1 << bucket.index);
-        std::mem::take(&mut self.buckets[bucket.home()])
+        let home = bucket.home();
+        let members = std::mem::take(&mut self.buckets[home]);
+        let mut ids = members.ids;
+        if ids.len() != members.live as usize {
+            let mut live = 0;
+            for pos in 0..ids.len() {
+                let index = ids[pos];
+                if slots[index as usize].is_at(home as u32, pos as u32) {
+                    ids[live] = index;
+                    live += 1;
+                }
+            }
+            ids.truncate(live);
+        }
+        debug_assert_eq!(ids.len(), members.live as usize, "live count is off");
+        ids
     }
 
     /// Moves `elapsed` forward to `to`, which must not pass any entry's
@@ -192,36 +279,34 @@ impl Wheel {
         })
     }
 
-    /// Calls `f` on every record, in no particular order.
-    pub(crate) fn for_each_mut(&mut self, f: impl FnMut(&mut Rec)) {
-        self.buckets.iter_mut().flatten().for_each(f);
-    }
-
-    /// Checks every bucket: occupancy bits, back-pointers, and that each
-    /// entry sits where the placement rule puts it. Returns the number of
-    /// entries. O(n).
+    /// Checks every bucket: occupancy bits, live counts, back-pointers, the
+    /// bound on dead indices, and that each live entry sits where the
+    /// placement rule puts it. Returns the number of live entries. O(n).
     #[cfg(any(test, debug_assertions))]
     pub(crate) fn assert_invariants<T>(&self, slots: &[Slot<T>]) -> usize {
         let mut count = 0;
         for level in 0..LEVELS {
             for index in 0..BUCKETS {
                 let home = level * BUCKETS + index;
-                let bucket = &self.buckets[home];
+                let members = &self.buckets[home];
                 let bit = self.occupied[level] & (1 << index) != 0;
                 assert_eq!(
                     bit,
-                    !bucket.is_empty(),
+                    members.live > 0,
                     "occupancy bit wrong at {level}/{index}"
                 );
-                for (pos, rec) in bucket.iter().enumerate() {
-                    let slot = &slots[rec.slot as usize];
-                    assert!(slot.occupied(), "free slot in a bucket");
-                    assert_eq!(
-                        (slot.home(), slot.pos),
-                        (home as u32, pos as u32),
-                        "slot does not point back"
-                    );
-                    let tick = wheel_tick(rec);
+                let mut live = 0;
+                for (pos, id) in live_ids(&members.ids, slots, home as u32) {
+                    live += 1;
+                    let slot = &slots[id as usize];
+                    assert!(slot.occupied(), "free slot live in a bucket");
+                    if let Some((write, read)) = members.compacting {
+                        assert!(
+                            pos < write as usize || pos >= read as usize,
+                            "live index in a compacting bucket's garbage"
+                        );
+                    }
+                    let tick = wheel_tick(slot.ticks);
                     assert!(tick >= self.elapsed, "entry before elapsed in the wheel");
                     assert_eq!(
                         level_for(self.elapsed, tick),
@@ -230,7 +315,13 @@ impl Wheel {
                     );
                     assert_eq!(index_for(tick, level), index, "entry in the wrong bucket");
                 }
-                count += bucket.len();
+                assert_eq!(live, members.live as usize, "live count is off");
+                let dead = members.ids.len() - live;
+                assert!(
+                    dead <= 2 * live + COMPACT_MIN + 2 * COMPACT_STEP,
+                    "a bucket holds {dead} dead indices for {live} live ones"
+                );
+                count += live;
             }
         }
         assert!(
@@ -238,6 +329,45 @@ impl Wheel {
             "a bucket holding elapsed was not cascaded"
         );
         count
+    }
+}
+
+/// The live `(pos, index)` pairs of a bucket's indices: those whose slot
+/// points back to them.
+fn live_ids<'a, T>(
+    ids: &'a [u32],
+    slots: &'a [Slot<T>],
+    home: u32,
+) -> impl Iterator<Item = (usize, u32)> + 'a {
+    ids.iter()
+        .enumerate()
+        .filter(move |&(pos, &index)| slots[index as usize].is_at(home, pos as u32))
+        .map(|(pos, &index)| (pos, index))
+}
+
+/// Reads up to `budget` more indices of a compacting bucket, moving the
+/// live ones down over the garbage; once every index was read, drops the
+/// garbage.
+fn compact<T>(members: &mut Members, slots: &mut [Slot<T>], home: u32, budget: usize) {
+    let Some((mut write, mut read)) = members.compacting else {
+        return;
+    };
+    let end = (read as usize + budget).min(members.ids.len()) as u32;
+    while read < end {
+        let index = members.ids[read as usize];
+        let slot = &mut slots[index as usize];
+        if slot.is_at(home, read) {
+            members.ids[write as usize] = index;
+            slot.pos = write;
+            write += 1;
+        }
+        read += 1;
+    }
+    if read as usize == members.ids.len() {
+        members.ids.truncate(write as usize);
+        members.compacting = None;
+    } else {
+        members.compacting = Some((write, read));
     }
 }
 
@@ -256,27 +386,90 @@ mod tests {
         assert_eq!(level_for(0, (1 << 44) - 1), 7);
     }
 
+    /// A slot table with one occupied slot per tick, unplaced.
+    fn slots_at(ticks: &[u64]) -> Vec<Slot<()>> {
+        ticks
+            .iter()
+            .enumerate()
+            .map(|(i, &tick)| {
+                let mut slot = Slot::FREE;
+                slot.generation = 1;
+                slot.put((), tick << WHEEL_SHIFT, i as u32);
+                slot
+            })
+            .collect()
+    }
+
     #[test]
     fn bucket_start_is_the_first_tick_it_spans() {
         let mut wheel = Wheel::new(70);
-        let mut slots = vec![Slot::<()>::FREE; 3];
-        for (i, tick) in [(0, 4096 * 3 + 5), (1, 64 * 5 + 1), (2, 71)] {
-            slots[i].generation = 1;
-            slots[i].put(());
-            let rec = Rec {
-                ticks: tick << WHEEL_SHIFT,
-                seq: i as u32,
-                slot: i as u32,
-            };
-            wheel.link(&mut slots, rec);
+        let mut slots = slots_at(&[4096 * 3 + 5, 64 * 5 + 1, 71]);
+        for i in 0..3 {
+            wheel.link(&mut slots, i);
         }
         let first = wheel.earliest().unwrap();
         assert_eq!((first.level, first.start), (0, 71));
-        assert_eq!(wheel.take(first)[0].slot, 2);
+        assert_eq!(wheel.take(first, &slots), vec![2]);
         let next = wheel.earliest().unwrap();
         assert_eq!((next.level, next.start), (1, 64 * 5));
-        wheel.take(next);
+        wheel.take(next, &slots);
         let last = wheel.earliest().unwrap();
         assert_eq!((last.level, last.start), (2, 4096 * 3));
+    }
+
+    #[test]
+    fn removals_leave_dead_indices_that_compaction_bounds() {
+        let n = 1000;
+        let mut wheel = Wheel::new(0);
+        let mut slots = slots_at(&vec![5; n]);
+        for i in 0..n as u32 {
+            wheel.link(&mut slots, i);
+        }
+        let home = slots[0].home();
+        // Removing all but the last ten, oldest first: the bucket compacts
+        // itself along the way instead of keeping 990 dead indices.
+        for i in 0..n as u32 - 10 {
+            wheel.unlink(&mut slots, home, i);
+            wheel.assert_invariants(&slots);
+        }
+        let members = &wheel.buckets[home as usize];
+        assert_eq!(members.live, 10);
+        assert!(members.ids.len() <= 10 + COMPACT_MIN + 2 * COMPACT_STEP);
+        let bucket = wheel.earliest().unwrap();
+        let mut left = wheel.take(bucket, &slots);
+        left.sort_unstable();
+        assert_eq!(left, (n as u32 - 10..n as u32).collect::<Vec<_>>());
+        assert_eq!(wheel.earliest(), None);
+    }
+
+    #[test]
+    fn a_reused_slot_is_not_mistaken_for_its_dead_index() {
+        let mut wheel = Wheel::new(0);
+        let mut slots = slots_at(&[5, 5]);
+        wheel.link(&mut slots, 0);
+        wheel.link(&mut slots, 1);
+        let home = slots[0].home();
+        // Slot 0 leaves and comes back to the same bucket: its old index is
+        // dead, its new one live.
+        wheel.unlink(&mut slots, home, 0);
+        wheel.link(&mut slots, 0);
+        wheel.assert_invariants(&slots);
+        let bucket = wheel.earliest().unwrap();
+        let mut live = wheel.take(bucket, &slots);
+        live.sort_unstable();
+        assert_eq!(live, vec![0, 1]);
+    }
+
+    #[test]
+    fn a_bucket_whose_last_entry_leaves_is_emptied() {
+        let mut wheel = Wheel::new(0);
+        let mut slots = slots_at(&[5, 5]);
+        wheel.link(&mut slots, 0);
+        wheel.link(&mut slots, 1);
+        let home = slots[0].home();
+        wheel.unlink(&mut slots, home, 0);
+        wheel.unlink(&mut slots, home, 1);
+        assert_eq!(wheel.earliest(), None);
+        assert!(wheel.buckets[home as usize].ids.is_empty());
     }
 }

@@ -215,16 +215,45 @@ mod model {
         ]
     }
 
+    /// Many entries in a few far buckets, most of them removed or reset
+    /// again: what makes wheel buckets compact themselves.
+    fn churn_op() -> impl Strategy<Value = Op> {
+        let far = prop_oneof![100_000i64..100_040, 3_000_000i64..3_000_010];
+        prop_oneof![
+            6 => far.clone().prop_map(Op::Insert),
+            5 => any::<usize>().prop_map(Op::Remove),
+            2 => (any::<usize>(), far).prop_map(|(k, d)| Op::Reset(k, d)),
+            1 => any::<bool>().prop_map(Op::PopDue),
+            1 => (0i64..200_000).prop_map(Op::Advance),
+            1 => Just(Op::Head),
+        ]
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
         #[test]
         fn behaves_like_an_ordered_map(ops in proptest::collection::vec(op(), 1..400)) {
+            check_against_model(ops)?;
+        }
+
+        #[test]
+        fn behaves_like_an_ordered_map_under_churn(
+            ops in proptest::collection::vec(churn_op(), 1..600),
+        ) {
+            check_against_model(ops)?;
+        }
+    }
+
+    fn check_against_model(ops: Vec<Op>) -> Result<(), TestCaseError> {
+        {
             let mut timers = Timers::with_capacity(0);
             let base = timers.origin + Duration::from_secs(10);
-            let t = |ms: i64| if ms >= 0 {
-                base + Duration::from_millis(ms as u64)
-            } else {
-                base - Duration::from_millis(ms.unsigned_abs())
+            let t = |ms: i64| {
+                if ms >= 0 {
+                    base + Duration::from_millis(ms as u64)
+                } else {
+                    base - Duration::from_millis(ms.unsigned_abs())
+                }
             };
             let mut now = 0i64;
             let mut model: BTreeMap<(Instant, u64), u32> = BTreeMap::new();
@@ -309,6 +338,7 @@ mod model {
             let expected: Vec<u32> = model.values().copied().collect();
             prop_assert_eq!(rest, expected);
         }
+        Ok(())
     }
 }
 
