@@ -35,7 +35,12 @@
 //! - Entries inserted or reset to before `elapsed` (already due, or due
 //!   within the tick being served) wait unsorted in `late` until the head is
 //!   next looked at; then a large batch is sorted and merged into the run,
-//!   and a small one goes to the near heap.
+//!   and a small one goes to the near heap. A merge does not point the
+//!   batch's slots at the run (a cache miss per entry, for nothing when the
+//!   entries are simply taken): an entry in the run whose slot does not say
+//!   where is found by binary search on its `(ticks, seq)`
+//!   (`locate_run`), which is why the run, tombstones included, stays
+//!   sorted.
 //! - The wheel never runs ahead of the clock by more than two ticks: a pop
 //!   opens only buckets that may hold due entries, and a leader arming its
 //!   timer ([`Timers::wake_target`]) opens only buckets within two ticks of
@@ -233,14 +238,16 @@ impl<T> Timers<T> {
             let rest = self.run[self.cursor..].iter().filter(|r| r.slot != NIL);
             late = merge(rest.copied(), late);
         }
+        // The slots are not pointed at the new run: that would be a cache
+        // miss per entry of a batch that may hold millions. They keep their
+        // old home (`LATE`, or `RUN` at a position now stale), and
+        // `locate_run` finds them by their `(ticks, seq)`.
         self.set_run(late);
     }
 
-    /// Makes `sorted` the run and points its slots at it.
+    /// Makes `sorted` the run. Its slots are pointed at it only by the
+    /// caller, if at all (see `locate_run`).
     fn set_run(&mut self, sorted: Vec<Rec>) {
-        for (pos, rec) in sorted.iter().enumerate() {
-            self.slots[rec.slot as usize].set_place(RUN, pos as u32);
-        }
         self.run_live = sorted.len();
         self.run = sorted;
         self.cursor = 0;
@@ -351,10 +358,13 @@ impl<T> Timers<T> {
     /// Removes `head`, the near side's head, and returns its value.
     #[inline]
     fn take_head(&mut self, head: Rec) -> T {
-        let slot = &self.slots[head.slot as usize];
-        if slot.home() == RUN {
-            // `near_head` skipped the tombstones: the head is `run[cursor]`.
-            debug_assert_eq!(slot.pos as usize, self.cursor);
+        // `near_head` skipped the tombstones: a head from the run is
+        // `run[cursor]` (whatever its slot says, see `locate_run`).
+        if self
+            .run
+            .get(self.cursor)
+            .is_some_and(|r| r.slot == head.slot)
+        {
             self.warm_run();
             self.cursor += 1;
             self.run_live -= 1;
@@ -473,23 +483,44 @@ impl<T> Timers<T> {
         let slot = &self.slots[index as usize];
         let (home, pos, order) = (slot.home(), slot.pos, slot.order());
         match home {
-            RUN => {
-                self.run[pos as usize].slot = NIL;
-                self.run_live -= 1;
-            }
             HEAP => {
                 self.heap.remove_at(&mut self.slots, pos as usize);
             }
-            LATE => {
+            LATE if self.late.get(pos as usize).is_some_and(|r| r.slot == index) => {
                 self.late.swap_remove(pos as usize);
                 if let Some(moved) = self.late.get(pos as usize) {
                     self.slots[moved.slot as usize].pos = pos;
                 }
             }
+            RUN | LATE => {
+                let at = self.locate_run(index);
+                self.run[at].slot = NIL;
+                self.run_live -= 1;
+            }
             bucket => self.wheel.unlink(&mut self.slots, bucket, index),
         }
         self.slots[index as usize].set_place(UNPLACED, 0);
         order
+    }
+
+    /// Where the live entry of slot `index`, whose home is `RUN` or `LATE`
+    /// but not the `late` list, is in the run: at the position its slot
+    /// records if that still holds it, else found by its `(ticks, seq)`
+    /// (the run is sorted by them, tombstones included). O(log m).
+    fn locate_run(&self, index: u32) -> usize {
+        let slot = &self.slots[index as usize];
+        let pos = slot.pos as usize;
+        if pos >= self.cursor && self.run.get(pos).is_some_and(|r| r.slot == index) {
+            return pos;
+        }
+        let order = slot.order();
+        let at = self.cursor + self.run[self.cursor..].partition_point(|r| r.order() < order);
+        debug_assert_eq!(
+            self.run.get(at).map(|r| r.slot),
+            Some(index),
+            "entry neither in `late` nor in the run"
+        );
+        at
     }
 
     /// Opens the wheel's earliest bucket: a level 0 bucket, sorted, becomes
@@ -515,6 +546,11 @@ impl<T> Timers<T> {
             })
             .collect();
         sort_by_key(&mut opened);
+        // Each slot was just read for its order: pointing it at the run
+        // costs no further cache miss, and saves `locate_run` a search.
+        for (pos, rec) in opened.iter().enumerate() {
+            self.slots[rec.slot as usize].set_place(RUN, pos as u32);
+        }
         self.set_run(opened);
         self.advance(bucket.start + 1);
     }
@@ -549,6 +585,12 @@ impl<T> Timers<T> {
             .map(|i| (self.slots[i as usize].order(), i))
             .collect();
         order.sort_unstable();
+        // Tombstones have no slot to renumber them from: drop them, so that
+        // the run stays sorted for `locate_run`.
+        self.run.drain(..self.cursor);
+        self.run.retain(|rec| rec.slot != NIL);
+        self.cursor = 0;
+        self.warmed = 0;
         for (rank, &((ticks, _), index)) in order.iter().enumerate() {
             self.slots[index as usize].set_order(ticks, rank as u32);
         }
@@ -560,7 +602,7 @@ impl<T> Timers<T> {
         };
         self.heap.for_each_mut(&mut fix);
         self.late.iter_mut().for_each(&mut fix);
-        self.run[self.cursor..].iter_mut().for_each(&mut fix);
+        self.run.iter_mut().for_each(&mut fix);
         self.next_seq = order.len() as u32;
     }
 
@@ -612,17 +654,20 @@ impl<T> Timers<T> {
         let mut live = 0;
         let mut last = None;
         for (pos, rec) in self.run.iter().enumerate().skip(self.cursor) {
+            // Tombstones included: `locate_run` searches all of it.
+            assert!(last < Some(rec.order()), "run out of order");
+            last = Some(rec.order());
             if rec.slot == NIL {
                 continue;
             }
             live += 1;
             let slot = &self.slots[rec.slot as usize];
             assert!(slot.occupied(), "run entry in a free slot");
-            assert_eq!(
-                (slot.home(), slot.pos as usize),
-                (RUN, pos),
-                "slot does not point back"
+            assert!(
+                matches!(slot.home(), RUN | LATE),
+                "run entry whose slot names another home"
             );
+            assert_eq!(self.locate_run(rec.slot), pos, "run entry not found");
             assert_eq!(
                 slot.order(),
                 rec.order(),
@@ -632,8 +677,6 @@ impl<T> Timers<T> {
                 wheel_tick(rec.ticks) < elapsed,
                 "run entry at or after elapsed"
             );
-            assert!(last < Some(rec.order()), "run out of order");
-            last = Some(rec.order());
         }
         assert_eq!(live, self.run_live, "run_live is off");
         for (pos, rec) in self.late.iter().enumerate() {
@@ -676,7 +719,14 @@ impl<T> Timers<T> {
                         "heap entry at or after elapsed"
                     );
                 }
-                RUN | LATE => {} // checked above, from their side
+                // In `late`, or in the run (where `locate_run` asserts it is).
+                LATE if self
+                    .late
+                    .get(slot.pos as usize)
+                    .is_some_and(|r| r.slot as usize == index) => {}
+                RUN | LATE => {
+                    self.locate_run(index as u32);
+                }
                 home => assert!(home < HOMES, "occupied slot without a home"),
             }
         }

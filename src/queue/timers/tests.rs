@@ -408,3 +408,102 @@ proptest::proptest! {
         proptest::prop_assert_eq!(recs, expected);
     }
 }
+
+#[test]
+fn entries_merged_into_the_run_are_removed_and_reset_by_key() {
+    let base = Instant::now() + Duration::from_secs(60);
+    let mut timers = Timers::with_capacity(0);
+    let mut keys = Vec::new();
+    // An opened tick: its entries point at the run.
+    for i in 0..100u32 {
+        let d = base + Duration::from_micros(u64::from(i % 9) * 100);
+        keys.push((timers.insert(i, d).0, d));
+    }
+    let later = base + Duration::from_millis(5);
+    let first = timers.pop_due(later).unwrap();
+    // A batch inserted already due, merged into that run: its slots say
+    // `LATE`, and the opened entries' positions go stale.
+    for i in 100..400u32 {
+        let d = base - Duration::from_micros(u64::from(i * 37 % 1_000));
+        keys.push((timers.insert(i, d).0, d));
+    }
+    let earliest = keys.iter().map(|&(_, d)| d).min().unwrap();
+    assert_eq!(timers.peek_deadline(), Some(earliest));
+    assert!(
+        timers.late.is_empty() && timers.heap.len() == 0,
+        "merged into the run"
+    );
+    timers.assert_invariants();
+    let mut expected: Vec<(Instant, u32)> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, &(_, d))| (d, i as u32))
+        .filter(|&(_, i)| i != first)
+        .collect();
+    // Remove every third entry, opened or merged, and move every fifth to
+    // the far future: both are found in the run by key.
+    let far = base + Duration::from_secs(3600);
+    for (i, &(key, _)) in keys.iter().enumerate() {
+        let i = i as u32;
+        if i == first {
+            continue;
+        }
+        if i % 3 == 0 {
+            assert_eq!(timers.remove(key).map(|(v, _)| v), Some(i));
+            expected.retain(|&(_, v)| v != i);
+        } else if i % 5 == 0 {
+            assert!(timers.reset(key, far).is_some());
+            expected.retain(|&(_, v)| v != i);
+            expected.push((far, i));
+        }
+        timers.assert_invariants();
+    }
+    expected.sort(); // by deadline, then insertion (values grow with it, resets last)
+    let mut resets: Vec<u32> = expected
+        .iter()
+        .filter(|e| e.0 == far)
+        .map(|e| e.1)
+        .collect();
+    resets.sort_unstable();
+    let got: Vec<u32> = std::iter::from_fn(|| timers.pop_due(far)).collect();
+    let near: Vec<u32> = expected
+        .iter()
+        .filter(|e| e.0 != far)
+        .map(|e| e.1)
+        .collect();
+    assert_eq!(&got[..near.len()], &near[..]);
+    assert_eq!(&got[near.len()..], &resets[..], "reset in key order");
+    assert!(timers.is_empty());
+}
+
+#[test]
+fn renumbering_drops_the_runs_tombstones_and_keeps_it_searchable() {
+    let base = Instant::now() + Duration::from_secs(60);
+    let mut timers = Timers::with_capacity(0);
+    let keys: Vec<SlotKey> = (0..50u32)
+        .map(|i| {
+            timers
+                .insert(i, base + Duration::from_micros(u64::from(i) * 10))
+                .0
+        })
+        .collect();
+    let later = base + Duration::from_millis(5);
+    assert_eq!(timers.pop_due(later), Some(0));
+    for key in keys.iter().step_by(2).skip(1) {
+        timers.remove(*key);
+    }
+    timers.next_seq = u32::MAX;
+    timers.insert(99, later); // renumbers first
+    timers.assert_invariants();
+    assert!(
+        timers.run.iter().all(|r| r.slot != NIL),
+        "no tombstones left"
+    );
+    assert_eq!(timers.remove(keys[3]).map(|(v, _)| v), Some(3));
+    let got: Vec<u32> = std::iter::from_fn(|| timers.pop_due(later)).collect();
+    let expected: Vec<u32> = (1..50)
+        .filter(|i| i % 2 == 1 && *i != 3)
+        .chain([99])
+        .collect();
+    assert_eq!(got, expected);
+}
