@@ -105,6 +105,17 @@ async fn drain_expired_respects_max_and_order() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn drain_expired_that_finds_nothing_allocates_nothing() {
+    // A polling loop that mostly finds nothing must not pay for room it
+    // does not use (and hand it back), least of all for large values.
+    let q: DelayQueue<[u8; 4096]> = DelayQueue::new();
+    q.insert([0; 4096], Duration::from_secs(3600));
+    for max in [1, 100, usize::MAX] {
+        assert_eq!(q.drain_expired(max).capacity(), 0, "max {max}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn remove_returns_the_value_once() {
     let q = DelayQueue::new();
     let a = q.insert("a", MS);

@@ -112,10 +112,6 @@ impl Key {
 /// "practically never" horizon Tokio's own `sleep` saturates to.
 const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
 
-/// How many entries [`DelayQueue::drain_expired`] makes room for before it
-/// locks the queue.
-const DRAIN_RESERVE: usize = 64;
-
 /// `now + delay`, saturating to a far-future instant instead of panicking.
 pub(crate) fn deadline_after(now: Instant, delay: Duration) -> Instant {
     now.checked_add(delay)
@@ -477,13 +473,10 @@ impl<T> DelayQueue<T> {
     /// # }
     /// ```
     pub fn drain_expired(&self, max: usize) -> Vec<T> {
+        let mut out = Vec::new();
         if max == 0 {
-            return Vec::new();
+            return out;
         }
-        // Allocated before locking: a drain of up to `DRAIN_RESERVE` entries
-        // allocates nothing under the lock, a larger one grows the vector
-        // there (amortized, a few times per drain).
-        let mut out = Vec::with_capacity(max.min(DRAIN_RESERVE));
         let now = Instant::now();
         let mut state = self.shared.lock();
         while out.len() < max {

@@ -13,7 +13,8 @@
 //!   indices), or the near side's sorted `run`, `heap` or `late` (which hold
 //!   16-byte [`Rec`]s, a copy of the ticks and seq beside the slot index, so
 //!   that sorting and sifting read no slot). Every move rewrites the home and
-//!   index. Removing or resetting a far entry by key so reads its slot and
+//!   index, but one: a batch merged into the run (see below). Removing or
+//!   resetting a far entry by key so reads its slot and
 //!   nothing else: the wheel leaves the bucket's index behind, dead (see
 //!   `wheel.rs`). `seq` grows with every insert and reset, so equal
 //!   deadlines come out first-in first-out; when the 32-bit `seq` runs out,
@@ -54,8 +55,10 @@
 //!
 //! Costs, with `n` entries in all and `m` in the near heap: insert O(1) into
 //! the wheel, O(log m) near; remove and reset by key O(1) in the wheel (one
-//! slot read, plus at most `COMPACT_STEP` reads of a compacting bucket) or
-//! run, O(log m) in the heap; pop O(1) from the run, O(log m) from the heap;
+//! slot read, plus at most `COMPACT_STEP` reads of a compacting bucket), in
+//! the run O(1) where the slot's position still holds and else O(log r) for
+//! a run of `r` (a binary search, see `locate_run`), O(log m) in the heap;
+//! pop O(1) from the run, O(log m) from the heap;
 //! and, amortized per entry, one sort of its tick's bucket and at most seven
 //! cascades over its life.
 
@@ -785,8 +788,11 @@ fn radix_sort_ticks(recs: &mut Vec<Rec>) {
     let digit = |rec: &Rec, pass: usize| {
         (((rec.ticks - min) >> (pass as u32 * RADIX_BITS)) & mask) as usize
     };
-    // Every pass's counts from one read of the batch.
-    let mut counts = vec![[0usize; 1 << RADIX_BITS]; passes];
+    // Every pass's counts from one read of the batch. `u32` counts (a batch
+    // holds fewer than 2^32 entries: slot indices are `u32`) keep three
+    // passes' tables within L1: with `usize` ones the counting pass alone
+    // was half of the sort.
+    let mut counts = vec![[0u32; 1 << RADIX_BITS]; passes];
     for rec in recs.iter() {
         for (pass, count) in counts.iter_mut().enumerate() {
             count[digit(rec, pass)] += 1;
@@ -800,7 +806,7 @@ fn radix_sort_ticks(recs: &mut Vec<Rec>) {
         }
         for rec in recs.iter() {
             let d = digit(rec, pass);
-            scratch[count[d]] = *rec;
+            scratch[count[d] as usize] = *rec;
             count[d] += 1;
         }
         std::mem::swap(recs, &mut scratch);

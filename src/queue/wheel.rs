@@ -221,7 +221,8 @@ impl Wheel {
     }
 
     /// The smallest `(ticks, seq)` in `bucket`, if it holds at most `max`
-    /// indices (live or dead); `None` for a larger bucket.
+    /// live entries; `None` for a larger bucket. Reads at most about
+    /// `3 * max` indices: dead ones are bounded by twice the live ones.
     pub(crate) fn min_within<T>(
         &self,
         bucket: Bucket,
@@ -229,11 +230,11 @@ impl Wheel {
         max: usize,
     ) -> Option<HeadId> {
         let home = bucket.home();
-        let ids = &self.buckets[home].ids;
-        if ids.len() > max {
+        let members = &self.buckets[home];
+        if members.live as usize > max {
             return None;
         }
-        live_ids(ids, slots, home as u32)
+        live_ids(&members.ids, slots, home as u32)
             .map(|(_, index)| slots[index as usize].order())
             .min()
     }

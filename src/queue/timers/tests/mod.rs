@@ -507,3 +507,5 @@ fn renumbering_drops_the_runs_tombstones_and_keeps_it_searchable() {
         .collect();
     assert_eq!(got, expected);
 }
+
+mod merges;
