@@ -32,8 +32,10 @@
 //!   the bucket: on a queue much larger than the cache that saves a cache
 //!   miss per removal, and the lock is held that much less. The index left
 //!   behind is dead: its slot no longer points back to it (it was freed, or
-//!   moved and maybe reused), and whoever reads the bucket skips it. A bucket
-//!   whose entries all left is emptied at once. A bucket in which dead
+//!   moved and maybe reused), and whoever reads the bucket skips it. The
+//!   bucket's last index, whose end of the bucket is still in cache when an
+//!   entry is removed soon after it was inserted, is dropped at once, and a
+//!   bucket whose entries all left is emptied at once. A bucket in which dead
 //!   indices outnumber live ones is compacted a few indices per later
 //!   removal ([`COMPACT_STEP`]), never all at once, so no single removal
 //!   stalls the queue; the dead indices of a bucket are at most about twice
@@ -179,6 +181,7 @@ impl Wheel {
     /// its last live entry leaves, or to compact it a little. O(1).
     #[inline]
     pub(crate) fn unlink<T>(&mut self, slots: &mut [Slot<T>], home: u32, index: u32) {
+        let pos = slots[index as usize].pos;
         slots[index as usize].set_place(UNPLACED, 0);
         let members = &mut self.buckets[home as usize];
         members.live -= 1;
@@ -187,6 +190,22 @@ impl Wheel {
             members.compacting = None;
             let (level, bucket) = (home as usize / BUCKETS, home as usize % BUCKETS);
             self.occupied[level] &= !(1 << bucket);
+            return;
+        }
+        // The last index (an entry removed soon after it was inserted, the
+        // common case of a timeout cancelled once its request is done) is
+        // dropped at once, from the bucket's end, which is still in cache:
+        // no dead index, no compaction work later.
+        if pos as usize + 1 == members.ids.len()
+            && members.compacting.is_none_or(|(_, read)| pos >= read)
+        {
+            members.ids.pop();
+            if let Some((write, read)) = members.compacting {
+                if read as usize >= members.ids.len() {
+                    members.ids.truncate(write as usize);
+                    members.compacting = None;
+                }
+            }
             return;
         }
         let dead = members.ids.len() - members.live as usize;
@@ -459,6 +478,22 @@ mod tests {
         let mut live = wheel.take(bucket, &slots);
         live.sort_unstable();
         assert_eq!(live, vec![0, 1]);
+    }
+
+    #[test]
+    fn removing_the_newest_entry_leaves_no_dead_index() {
+        let mut wheel = Wheel::new(0);
+        let mut slots = slots_at(&[5; 3]);
+        wheel.link(&mut slots, 0);
+        wheel.link(&mut slots, 1);
+        let home = slots[0].home();
+        // Inserted and removed again, many times: the bucket does not grow.
+        for _ in 0..100 {
+            wheel.link(&mut slots, 2);
+            wheel.unlink(&mut slots, home, 2);
+        }
+        assert_eq!(wheel.buckets[home as usize].ids, vec![0, 1]);
+        wheel.assert_invariants(&slots);
     }
 
     #[test]

@@ -176,18 +176,26 @@ mod model {
 
     use super::*;
     use proptest::prelude::*;
+    use proptest::test_runner::TestRunner;
     use std::collections::{BTreeMap, HashMap};
 
     #[derive(Debug, Clone)]
     enum Op {
         Insert(i64),
+        /// `n` entries due between `back` ms in the past and now: a late
+        /// batch, merged into the run when it is large enough.
+        Batch(usize, i64),
         Remove(usize),
         Reset(usize, i64),
         /// Pops by `pop_due` (false) or by `pop_due_by` (true).
         PopDue(bool),
         Advance(i64),
         Head,
+        /// Where a waiting leader would time its wake-up.
+        Wake,
         RemoveIfDivisible(u32),
+        /// The next insert or reset renumbers.
+        ExhaustSeq,
     }
 
     /// Milliseconds from the start: dense near 0 (many equal deadlines),
@@ -211,6 +219,7 @@ mod model {
             3 => any::<bool>().prop_map(Op::PopDue),
             2 => offset().prop_map(|d| Op::Advance(d.max(0) / 2)),
             1 => Just(Op::Head),
+            1 => Just(Op::Wake),
             1 => (2u32..6).prop_map(Op::RemoveIfDivisible),
         ]
     }
@@ -229,6 +238,30 @@ mod model {
         ]
     }
 
+    /// Large late batches merged into the run, then removed or reset by
+    /// key, and renumbering with a live run: the paths `locate_run` serves.
+    fn merge_op() -> impl Strategy<Value = Op> {
+        let offset = prop_oneof![
+            4 => 0i64..4,
+            2 => 0i64..300,
+            1 => 0i64..300_000,
+            1 => 0i64..20_000_000_000,
+            2 => -50i64..0,
+        ];
+        prop_oneof![
+            5 => offset.clone().prop_map(Op::Insert),
+            2 => (60usize..140, 0i64..20).prop_map(|(n, b)| Op::Batch(n, b)),
+            5 => any::<usize>().prop_map(Op::Remove),
+            4 => (any::<usize>(), offset).prop_map(|(k, d)| Op::Reset(k, d)),
+            4 => any::<bool>().prop_map(Op::PopDue),
+            2 => (0i64..40).prop_map(Op::Advance),
+            2 => Just(Op::Head),
+            1 => Just(Op::Wake),
+            1 => (3u32..9).prop_map(Op::RemoveIfDivisible),
+            1 => Just(Op::ExhaustSeq),
+        ]
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
         #[test]
@@ -244,101 +277,199 @@ mod model {
         }
     }
 
-    fn check_against_model(ops: Vec<Op>) -> Result<(), TestCaseError> {
-        {
-            let mut timers = Timers::with_capacity(0);
-            let base = timers.origin + Duration::from_secs(10);
-            let t = |ms: i64| {
-                if ms >= 0 {
-                    base + Duration::from_millis(ms as u64)
-                } else {
-                    base - Duration::from_millis(ms.unsigned_abs())
-                }
-            };
-            let mut now = 0i64;
-            let mut model: BTreeMap<(Instant, u64), u32> = BTreeMap::new();
-            // Every key ever issued, live or stale, with its model entry.
-            let mut keys: Vec<(SlotKey, Option<(Instant, u64)>)> = Vec::new();
-            let mut where_is: HashMap<u32, usize> = HashMap::new();
-            let mut seq = 0u64;
-            let mut next_value = 0u32;
-            for op in ops {
-                match op {
-                    Op::Insert(ms) => {
-                        // Deadlines are relative to the moving clock.
-                        let d = t(now + ms);
-                        let key = timers.insert(next_value, d).0;
-                        model.insert((d, seq), next_value);
-                        where_is.insert(next_value, keys.len());
-                        keys.push((key, Some((d, seq))));
-                        seq += 1;
-                        next_value += 1;
-                    }
-                    Op::Remove(i) if !keys.is_empty() => {
-                        let i = i % keys.len();
-                        let (key, entry) = keys[i];
-                        let expected = entry.and_then(|e| model.remove(&e));
-                        prop_assert_eq!(timers.remove(key).map(|(v, _)| v), expected);
-                        keys[i].1 = None;
-                    }
-                    Op::Reset(i, ms) if !keys.is_empty() => {
-                        let i = i % keys.len();
-                        let (key, entry) = keys[i];
-                        let d = t(now + ms);
-                        prop_assert_eq!(timers.reset(key, d).is_some(), entry.is_some());
-                        if let Some(value) = entry.and_then(|e| model.remove(&e)) {
-                            model.insert((d, seq), value);
-                            keys[i].1 = Some((d, seq));
-                        }
-                        seq += 1;
-                    }
-                    Op::PopDue(lazy) => {
-                        let expected = model
-                            .first_key_value()
-                            .filter(|((d, _), _)| *d <= t(now))
-                            .map(|(k, _)| *k);
-                        let expected = expected.and_then(|k| model.remove(&k));
-                        let got = if lazy {
-                            timers.pop_due_by(|| t(now))
-                        } else {
-                            timers.pop_due(t(now))
-                        };
-                        prop_assert_eq!(got, expected);
-                        if let Some(v) = got {
-                            keys[where_is[&v]].1 = None;
-                        }
-                    }
-                    Op::Advance(ms) => now += ms,
-                    Op::Head => {
-                        prop_assert_eq!(timers.peek_deadline(), model.keys().next().map(|k| k.0));
-                    }
-                    Op::RemoveIfDivisible(by) => {
-                        let mut got = timers.remove_if(|v, _| v % by == 0);
-                        got.sort_unstable();
-                        let mut expected: Vec<u32> =
-                            model.values().copied().filter(|v| v % by == 0).collect();
-                        expected.sort_unstable();
-                        prop_assert_eq!(&got, &expected);
-                        model.retain(|_, v| *v % by != 0);
-                        for v in got {
-                            keys[where_is[&v]].1 = None;
-                        }
-                    }
-                    _ => {}
-                }
-                timers.assert_invariants();
-                prop_assert_eq!(timers.len(), model.len());
-                for (key, entry) in &keys {
-                    prop_assert_eq!(timers.deadline(*key), entry.map(|e| e.0));
-                }
-            }
-            // Everything left comes out in the model's order.
-            let end = t(now + (1i64 << 45));
-            let rest: Vec<u32> = std::iter::from_fn(|| timers.pop_due(end)).collect();
-            let expected: Vec<u32> = model.values().copied().collect();
-            prop_assert_eq!(rest, expected);
+    #[test]
+    fn behaves_like_an_ordered_map_with_merges_and_renumbering() {
+        let reached = std::cell::Cell::new(Reached::default());
+        let mut runner = TestRunner::new(ProptestConfig::with_cases(128));
+        let ops = proptest::collection::vec(merge_op(), 1..200);
+        let result = runner.run(&ops, |ops| {
+            let run = check_against_model(ops)?;
+            reached.set(reached.get().add(run));
+            Ok(())
+        });
+        if let Err(e) = result {
+            panic!("{e}");
         }
-        Ok(())
+        let reached = reached.get();
+        assert!(
+            reached.merged > 0 && reached.stale > 0 && reached.renumbered > 0,
+            "a path was never reached: {reached:?}"
+        );
+    }
+
+    /// How often a run reached the paths `merge_op` is for.
+    #[derive(Debug, Clone, Copy, Default)]
+    struct Reached {
+        /// A merged entry (its slot still says `LATE`) removed or reset.
+        merged: usize,
+        /// An entry whose slot's run position went stale, removed or reset.
+        stale: usize,
+        /// Sequence numbers ran out while the run held entries.
+        renumbered: usize,
+    }
+
+    impl Reached {
+        fn add(self, other: Reached) -> Reached {
+            Reached {
+                merged: self.merged + other.merged,
+                stale: self.stale + other.stale,
+                renumbered: self.renumbered + other.renumbered,
+            }
+        }
+
+        /// Notes where the entry of `key` is found, before it is looked up.
+        fn note(&mut self, timers: &Timers<u32>, key: SlotKey) {
+            let Some(index) = timers.occupied_index(key) else {
+                return;
+            };
+            let slot = &timers.slots[index as usize];
+            let pos = slot.pos as usize;
+            let is_here = |recs: &[Rec]| recs.get(pos).is_some_and(|r| r.slot == index);
+            match slot.home() {
+                LATE if !is_here(&timers.late) => self.merged += 1,
+                RUN if !is_here(&timers.run) => self.stale += 1,
+                _ => {}
+            }
+        }
+    }
+
+    /// The model: entries by `(deadline, seq)`, and every key ever issued
+    /// (live or stale) with its entry.
+    #[derive(Default)]
+    struct Model {
+        entries: BTreeMap<(Instant, u64), u32>,
+        keys: Vec<(SlotKey, Option<(Instant, u64)>)>,
+        where_is: HashMap<u32, usize>,
+        seq: u64,
+        next_value: u32,
+    }
+
+    impl Model {
+        fn insert(&mut self, timers: &mut Timers<u32>, d: Instant) {
+            let key = timers.insert(self.next_value, d).0;
+            self.entries.insert((d, self.seq), self.next_value);
+            self.where_is.insert(self.next_value, self.keys.len());
+            self.keys.push((key, Some((d, self.seq))));
+            self.seq += 1;
+            self.next_value += 1;
+        }
+
+        fn gone(&mut self, value: u32) {
+            self.keys[self.where_is[&value]].1 = None;
+        }
+    }
+
+    fn check_against_model(ops: Vec<Op>) -> Result<Reached, TestCaseError> {
+        let mut timers = Timers::with_capacity(0);
+        let base = timers.origin + Duration::from_secs(10);
+        let t = |ms: i64| {
+            if ms >= 0 {
+                base + Duration::from_millis(ms as u64)
+            } else {
+                base - Duration::from_millis(ms.unsigned_abs())
+            }
+        };
+        let mut now = 0i64;
+        let mut m = Model::default();
+        let mut reached = Reached::default();
+        for op in ops {
+            match op {
+                // Deadlines are relative to the moving clock.
+                Op::Insert(ms) => m.insert(&mut timers, t(now + ms)),
+                Op::Batch(n, back) => {
+                    for i in 0..n {
+                        let jitter = Duration::from_micros((i as u64 * 7919) % 1000);
+                        m.insert(&mut timers, t(now - back) + jitter);
+                    }
+                }
+                Op::Remove(i) if !m.keys.is_empty() => {
+                    let i = i % m.keys.len();
+                    let (key, entry) = m.keys[i];
+                    reached.note(&timers, key);
+                    let expected = entry.and_then(|e| m.entries.remove(&e));
+                    prop_assert_eq!(timers.remove(key).map(|(v, _)| v), expected);
+                    m.keys[i].1 = None;
+                }
+                Op::Reset(i, ms) if !m.keys.is_empty() => {
+                    let i = i % m.keys.len();
+                    let (key, entry) = m.keys[i];
+                    reached.note(&timers, key);
+                    let d = t(now + ms);
+                    prop_assert_eq!(timers.reset(key, d).is_some(), entry.is_some());
+                    if let Some(value) = entry.and_then(|e| m.entries.remove(&e)) {
+                        m.entries.insert((d, m.seq), value);
+                        m.keys[i].1 = Some((d, m.seq));
+                    }
+                    m.seq += 1;
+                }
+                Op::PopDue(lazy) => {
+                    let expected = m
+                        .entries
+                        .first_key_value()
+                        .filter(|((d, _), _)| *d <= t(now))
+                        .map(|(k, _)| *k);
+                    let expected = expected.and_then(|k| m.entries.remove(&k));
+                    let got = if lazy {
+                        timers.pop_due_by(|| t(now))
+                    } else {
+                        timers.pop_due(t(now))
+                    };
+                    prop_assert_eq!(got, expected);
+                    if let Some(v) = got {
+                        m.gone(v);
+                    }
+                }
+                Op::Advance(ms) => now += ms,
+                Op::Head => {
+                    let head = m.entries.keys().next().map(|k| k.0);
+                    prop_assert_eq!(timers.peek_deadline(), head);
+                }
+                Op::Wake => {
+                    let target = timers.wake_target(t(now));
+                    match m.entries.keys().next() {
+                        None => prop_assert_eq!(target, None),
+                        Some(&(d, _)) => {
+                            let target = target.expect("a target while entries wait");
+                            prop_assert!(timers.instant_of(target) <= d, "wakes after the head");
+                        }
+                    }
+                }
+                Op::RemoveIfDivisible(by) => {
+                    let mut got = timers.remove_if(|v, _| v % by == 0);
+                    got.sort_unstable();
+                    let mut expected: Vec<u32> = m
+                        .entries
+                        .values()
+                        .copied()
+                        .filter(|v| v % by == 0)
+                        .collect();
+                    expected.sort_unstable();
+                    prop_assert_eq!(&got, &expected);
+                    m.entries.retain(|_, v| *v % by != 0);
+                    for v in got {
+                        m.gone(v);
+                    }
+                }
+                Op::ExhaustSeq => {
+                    timers.next_seq = u32::MAX;
+                    if timers.run_live > 0 {
+                        reached.renumbered += 1;
+                    }
+                }
+                _ => {}
+            }
+            timers.assert_invariants();
+            prop_assert_eq!(timers.len(), m.entries.len());
+            for (key, entry) in &m.keys {
+                prop_assert_eq!(timers.deadline(*key), entry.map(|e| e.0));
+            }
+        }
+        // Everything left comes out in the model's order.
+        let end = t(now + (1i64 << 45));
+        let rest: Vec<u32> = std::iter::from_fn(|| timers.pop_due(end)).collect();
+        let expected: Vec<u32> = m.entries.values().copied().collect();
+        prop_assert_eq!(rest, expected);
+        Ok(reached)
     }
 }
 
@@ -508,4 +639,35 @@ fn renumbering_drops_the_runs_tombstones_and_keeps_it_searchable() {
     assert_eq!(got, expected);
 }
 
-mod merges;
+/// An adversary that keeps removing the live entry nearest the front of one
+/// far bucket (the part a running compaction has already passed), with
+/// bursts of inserts into the same bucket: the dead indices stay within the
+/// bound `Wheel::assert_invariants` checks, and everything comes out.
+#[test]
+fn compaction_bound_holds_against_front_removals() {
+    let mut timers = Timers::with_capacity(0);
+    let far = timers.origin + Duration::from_secs(100);
+    let mut live: Vec<SlotKey> = (0..600u32).map(|i| timers.insert(i, far).0).collect();
+    let mut next = 600u32;
+    for round in 0..2_000u32 {
+        if round % 5 == 0 || live.is_empty() {
+            live.push(timers.insert(next, far).0);
+            next += 1;
+            continue;
+        }
+        let (at, _) = live
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, k)| timers.slots[k.index as usize].pos)
+            .unwrap();
+        let key = live.swap_remove(at);
+        assert!(timers.remove(key).is_some());
+        timers.assert_invariants();
+    }
+    let end = far + Duration::from_secs(1);
+    assert_eq!(
+        std::iter::from_fn(|| timers.pop_due(end)).count(),
+        live.len()
+    );
+    assert!(timers.is_empty());
+}
