@@ -63,7 +63,7 @@
 //! cascades over its life.
 
 use super::heap::{NearHeap, Rec};
-use super::slot::{Slot, UNPLACED};
+use super::slot::Slot;
 use super::wheel::{Bucket, HOMES, WHEEL_SHIFT, Wheel, wheel_tick};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -480,7 +480,7 @@ impl<T> Timers<T> {
     }
 
     /// Takes an occupied slot's entry out of its home; returns its
-    /// `(ticks, seq)`.
+    /// `(ticks, seq)`. The caller frees the slot or places it again.
     #[inline]
     fn unplace(&mut self, index: u32) -> HeadId {
         let slot = &self.slots[index as usize];
@@ -502,7 +502,6 @@ impl<T> Timers<T> {
             }
             bucket => self.wheel.unlink(&mut self.slots, bucket, index),
         }
-        self.slots[index as usize].set_place(UNPLACED, 0);
         order
     }
 
