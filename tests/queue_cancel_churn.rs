@@ -9,10 +9,11 @@
 mod common;
 
 use common::Rng;
+use common::ledger::Ledger;
 use punctual::DelayQueue;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::time::{Instant, sleep, timeout};
 
@@ -24,22 +25,14 @@ const TOTAL: usize = PRODUCERS * PER_PRODUCER;
 /// debug invariant check (up to 1,024 slots) runs after every mutation.
 const WINDOW: usize = 200;
 
-struct Ledger {
-    delivered: Vec<AtomicU8>,
-    removed: Vec<AtomicU8>,
-    /// When each value's insert returned, in ns after `base`, plus one; 0
-    /// until the producer got to record it.
-    inserted: Vec<AtomicU64>,
+/// When each value's insert returned, in ns after `base`, plus one; 0 until
+/// its producer got to record it.
+struct Inserted {
+    at: Vec<AtomicU64>,
     base: Instant,
-    settled: AtomicUsize,
 }
 
-impl Ledger {
-    fn settle(&self, counts: &[AtomicU8], v: usize) {
-        counts[v].fetch_add(1, Ordering::Relaxed);
-        self.settled.fetch_add(1, Ordering::Release);
-    }
-
+impl Inserted {
     fn stamp(&self, at: Instant) -> u64 {
         at.duration_since(self.base).as_nanos() as u64 + 1
     }
@@ -48,18 +41,17 @@ impl Ledger {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mostly_cancelled_far_timeouts_settle_exactly_once_and_in_order() {
     let q: DelayQueue<(usize, Instant)> = DelayQueue::new();
-    let ledger = Arc::new(Ledger {
-        delivered: (0..TOTAL).map(|_| AtomicU8::new(0)).collect(),
-        removed: (0..TOTAL).map(|_| AtomicU8::new(0)).collect(),
-        inserted: (0..TOTAL).map(|_| AtomicU64::new(0)).collect(),
+    let ledger = Arc::new(Ledger::new(TOTAL));
+    let inserted = Arc::new(Inserted {
+        at: (0..TOTAL).map(|_| AtomicU64::new(0)).collect(),
         base: Instant::now(),
-        settled: AtomicUsize::new(0),
     });
     let stop = Arc::new(AtomicBool::new(false));
 
     let consumers: Vec<_> = (0..CONSUMERS)
         .map(|c| {
             let (q, ledger, stop) = (q.clone(), ledger.clone(), stop.clone());
+            let inserted = inserted.clone();
             tokio::spawn(async move {
                 let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (c as u64 + 1));
                 // The deadline of this consumer's last value, and when the
@@ -67,7 +59,7 @@ async fn mostly_cancelled_far_timeouts_settle_exactly_once_and_in_order() {
                 let mut last: Option<(Instant, u64)> = None;
                 while !stop.load(Ordering::Acquire) {
                     let patience = Duration::from_micros(rng.below(5_000));
-                    let began = ledger.stamp(Instant::now());
+                    let began = inserted.stamp(Instant::now());
                     if let Ok((v, deadline)) = timeout(patience, q.take()).await {
                         assert!(
                             Instant::now() >= deadline,
@@ -78,15 +70,15 @@ async fn mostly_cancelled_far_timeouts_settle_exactly_once_and_in_order() {
                         // the later one began (a producer preempted between
                         // reading the clock and inserting, say).
                         if let Some((last_deadline, last_began)) = last {
-                            let inserted = ledger.inserted[v].load(Ordering::Acquire);
+                            let queued = inserted.at[v].load(Ordering::Acquire);
                             assert!(
-                                deadline >= last_deadline || inserted == 0 || inserted > last_began,
+                                deadline >= last_deadline || queued == 0 || queued > last_began,
                                 "consumer {c}: value {v} came after a later deadline, \
                                  though it was queued before that one was taken"
                             );
                         }
                         last = Some((deadline, began));
-                        ledger.settle(&ledger.delivered, v);
+                        ledger.delivered(v);
                     }
                 }
             })
@@ -95,7 +87,7 @@ async fn mostly_cancelled_far_timeouts_settle_exactly_once_and_in_order() {
 
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|p| {
-            let (q, ledger) = (q.clone(), ledger.clone());
+            let (q, ledger, inserted) = (q.clone(), ledger.clone(), inserted.clone());
             tokio::spawn(async move {
                 let mut rng = Rng(0xD1B5_4A32_D192_ED03 ^ (p as u64 + 1));
                 let mut armed = VecDeque::with_capacity(WINDOW + 1);
@@ -106,8 +98,8 @@ async fn mostly_cancelled_far_timeouts_settle_exactly_once_and_in_order() {
                     let deadline =
                         Instant::now() + Duration::from_micros(30_000 + rng.below(120_000));
                     armed.push_back((v, q.insert_at((v, deadline), deadline)));
-                    let inserted = ledger.stamp(Instant::now());
-                    ledger.inserted[v].store(inserted, Ordering::Release);
+                    let now = inserted.stamp(Instant::now());
+                    inserted.at[v].store(now, Ordering::Release);
                     // Most timeouts are cancelled: the newest (a request
                     // that finished at once), the oldest, or any.
                     if rng.below(10) < 9 || armed.len() > WINDOW {
@@ -118,7 +110,7 @@ async fn mostly_cancelled_far_timeouts_settle_exactly_once_and_in_order() {
                         };
                         let (victim, key) = armed.remove(at).expect("an armed timeout");
                         if q.remove(key).is_some() {
-                            ledger.settle(&ledger.removed, victim);
+                            ledger.removed(victim);
                         }
                     }
                     if i % 16 == 0 {
@@ -131,36 +123,15 @@ async fn mostly_cancelled_far_timeouts_settle_exactly_once_and_in_order() {
             })
         })
         .collect();
-    for p in producers {
-        p.await.unwrap();
-    }
-
-    let settled = timeout(Duration::from_secs(20), async {
-        while ledger.settled.load(Ordering::Acquire) < TOTAL {
-            sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    stop.store(true, Ordering::Release);
-    for c in consumers {
-        c.await.unwrap();
-    }
+    let settled = ledger
+        .settle(producers, &stop, consumers, Duration::from_secs(20))
+        .await;
     assert!(
-        settled.is_ok(),
+        settled,
         "stranded: {} of {TOTAL} settled, {q:?}",
-        ledger.settled.load(Ordering::Acquire)
+        ledger.settled()
     );
-    let mut delivered = 0;
-    for v in 0..TOTAL {
-        let d = ledger.delivered[v].load(Ordering::Relaxed);
-        let r = ledger.removed[v].load(Ordering::Relaxed);
-        assert_eq!(
-            d + r,
-            1,
-            "value {v}: delivered {d} times, removed {r} times"
-        );
-        delivered += usize::from(d);
-    }
+    let delivered = ledger.assert_exactly_once();
     assert!(q.is_empty());
     // Both paths were exercised. How many expire before their producer
     // cancels them depends on the machine's load (a tenth to a half here).

@@ -5,9 +5,10 @@
 mod common;
 
 use common::Rng;
+use common::ledger::Ledger;
 use punctual::DelayQueue;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::time::{sleep, timeout};
 
@@ -16,27 +17,10 @@ const PER_PRODUCER: usize = 3_000;
 const CONSUMERS: usize = 96;
 const TOTAL: usize = PRODUCERS * PER_PRODUCER;
 
-struct Ledger {
-    delivered: Vec<AtomicU8>,
-    removed: Vec<AtomicU8>,
-    settled: AtomicUsize,
-}
-
-impl Ledger {
-    fn deliver(&self, v: usize) {
-        self.delivered[v].fetch_add(1, Ordering::Relaxed);
-        self.settled.fetch_add(1, Ordering::Release);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_consumers_with_random_cancellation_deliver_everything_once() {
     let q: DelayQueue<usize> = DelayQueue::new();
-    let ledger = Arc::new(Ledger {
-        delivered: (0..TOTAL).map(|_| AtomicU8::new(0)).collect(),
-        removed: (0..TOTAL).map(|_| AtomicU8::new(0)).collect(),
-        settled: AtomicUsize::new(0),
-    });
+    let ledger = Arc::new(Ledger::new(TOTAL));
     let stop = Arc::new(AtomicBool::new(false));
     let cancelled_takes = Arc::new(AtomicUsize::new(0));
 
@@ -62,7 +46,7 @@ async fn many_consumers_with_random_cancellation_deliver_everything_once() {
                         },
                     };
                     match got {
-                        Some(v) => ledger.deliver(v),
+                        Some(v) => ledger.delivered(v),
                         None => {
                             cancelled.fetch_add(1, Ordering::Relaxed);
                         }
@@ -85,8 +69,7 @@ async fn many_consumers_with_random_cancellation_deliver_everything_once() {
                     if rng.below(5) == 0 {
                         let (victim, key) = keys[rng.below(keys.len() as u64) as usize];
                         if q.remove(key).is_some() {
-                            ledger.removed[victim].fetch_add(1, Ordering::Relaxed);
-                            ledger.settled.fetch_add(1, Ordering::Release);
+                            ledger.removed(victim);
                         }
                     }
                     if rng.below(8) == 0 {
@@ -100,37 +83,17 @@ async fn many_consumers_with_random_cancellation_deliver_everything_once() {
             })
         })
         .collect();
-    for p in producers {
-        p.await.unwrap();
-    }
-
     // Nothing stranded: all of it settles while consumers keep waiting,
     // long before this generous bound.
-    let settled = timeout(Duration::from_secs(20), async {
-        while ledger.settled.load(Ordering::Acquire) < TOTAL {
-            sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    stop.store(true, Ordering::Release);
-    for c in consumers {
-        c.await.unwrap();
-    }
+    let settled = ledger
+        .settle(producers, &stop, consumers, Duration::from_secs(20))
+        .await;
     assert!(
-        settled.is_ok(),
+        settled,
         "stranded: {} of {TOTAL} settled, {q:?}",
-        ledger.settled.load(Ordering::Acquire)
+        ledger.settled()
     );
-
-    for v in 0..TOTAL {
-        let d = ledger.delivered[v].load(Ordering::Relaxed);
-        let r = ledger.removed[v].load(Ordering::Relaxed);
-        assert_eq!(
-            d + r,
-            1,
-            "value {v}: delivered {d} times, removed {r} times"
-        );
-    }
+    ledger.assert_exactly_once();
     assert!(q.is_empty());
     assert!(
         cancelled_takes.load(Ordering::Relaxed) > 0,

@@ -33,6 +33,7 @@ impl Drop for Bomb {
     }
 }
 
+pub mod ledger;
 #[cfg(feature = "redis")]
 pub mod redis_queue;
 pub mod redis_server;
