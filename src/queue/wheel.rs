@@ -420,6 +420,17 @@ mod tests {
             .collect()
     }
 
+    /// A wheel with entries 0 and 1 linked in one bucket (tick 5), a slot
+    /// table of `n` such entries, and that bucket's home.
+    fn two_linked(n: usize) -> (Wheel, Vec<Slot<()>>, u32) {
+        let mut wheel = Wheel::new(0);
+        let mut slots = slots_at(&vec![5; n]);
+        wheel.link(&mut slots, 0);
+        wheel.link(&mut slots, 1);
+        let home = slots[0].home();
+        (wheel, slots, home)
+    }
+
     #[test]
     fn bucket_start_is_the_first_tick_it_spans() {
         let mut wheel = Wheel::new(70);
@@ -464,11 +475,7 @@ mod tests {
 
     #[test]
     fn a_reused_slot_is_not_mistaken_for_its_dead_index() {
-        let mut wheel = Wheel::new(0);
-        let mut slots = slots_at(&[5, 5]);
-        wheel.link(&mut slots, 0);
-        wheel.link(&mut slots, 1);
-        let home = slots[0].home();
+        let (mut wheel, mut slots, home) = two_linked(2);
         // Slot 0 leaves and comes back to the same bucket: its old index is
         // dead, its new one live.
         wheel.unlink(&mut slots, home, 0);
@@ -482,11 +489,7 @@ mod tests {
 
     #[test]
     fn removing_the_newest_entry_leaves_no_dead_index() {
-        let mut wheel = Wheel::new(0);
-        let mut slots = slots_at(&[5; 3]);
-        wheel.link(&mut slots, 0);
-        wheel.link(&mut slots, 1);
-        let home = slots[0].home();
+        let (mut wheel, mut slots, home) = two_linked(3);
         // Inserted and removed again, many times: the bucket does not grow.
         for _ in 0..100 {
             wheel.link(&mut slots, 2);
@@ -498,11 +501,7 @@ mod tests {
 
     #[test]
     fn a_bucket_whose_last_entry_leaves_is_emptied() {
-        let mut wheel = Wheel::new(0);
-        let mut slots = slots_at(&[5, 5]);
-        wheel.link(&mut slots, 0);
-        wheel.link(&mut slots, 1);
-        let home = slots[0].home();
+        let (mut wheel, mut slots, home) = two_linked(2);
         wheel.unlink(&mut slots, home, 0);
         wheel.unlink(&mut slots, home, 1);
         assert_eq!(wheel.earliest(), None);

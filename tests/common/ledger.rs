@@ -1,6 +1,7 @@
 //! Exactly-once bookkeeping for the queue's stress tests: every value is
 //! delivered or removed once, and all of them settle.
 
+use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -41,15 +42,16 @@ impl Ledger {
 
     /// Awaits the producers; then, while the consumers keep taking, waits
     /// until every value settled (polling every 5 ms) or `limit` passed;
-    /// then sets `stop` and awaits the consumers. Returns whether every
-    /// value settled: nothing stranded.
+    /// then sets `stop` and awaits the consumers. Panics, showing `queue`,
+    /// unless every value settled: nothing stranded.
     pub async fn settle(
         &self,
         producers: Vec<JoinHandle<()>>,
         stop: &AtomicBool,
         consumers: Vec<JoinHandle<()>>,
         limit: Duration,
-    ) -> bool {
+        queue: &dyn Debug,
+    ) {
         for p in producers {
             p.await.unwrap();
         }
@@ -65,7 +67,11 @@ impl Ledger {
         for c in consumers {
             c.await.unwrap();
         }
-        all
+        assert!(
+            all,
+            "stranded: {} of {total} settled, {queue:?}",
+            self.settled()
+        );
     }
 
     /// Asserts that every value was delivered or removed exactly once, and
