@@ -18,7 +18,7 @@ use state::{Change, Shared, Wake};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
-use timers::SlotKey;
+use timers::{HeadId, SlotKey, Timers};
 use tokio::time::Instant;
 
 /// A queue of values that each become available at a deadline, shared by any
@@ -227,7 +227,7 @@ impl<T> DelayQueue<T> {
     /// ```
     #[track_caller]
     pub fn insert(&self, value: T, delay: Duration) -> Key {
-        self.insert_at(value, deadline_after(Instant::now(), delay))
+        self.unwrap_inserted(self.try_insert(value, delay))
     }
 
     /// Inserts `value`, due at `deadline`. A deadline in the past is due at
@@ -261,7 +261,13 @@ impl<T> DelayQueue<T> {
     /// ```
     #[track_caller]
     pub fn insert_at(&self, value: T, deadline: Instant) -> Key {
-        match self.try_insert_at(value, deadline) {
+        self.unwrap_inserted(self.try_insert_at(value, deadline))
+    }
+
+    /// The key of an `insert`, or its panic on a full bounded queue.
+    #[track_caller]
+    fn unwrap_inserted(&self, inserted: Result<Key, Full<T>>) -> Key {
+        match inserted {
             Ok(key) => key,
             Err(_) => panic!(
                 "`insert` on a DelayQueue bounded to {} entries that is full: \
@@ -295,7 +301,13 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.try_insert("pong", Duration::from_secs(5)).is_ok());
     /// ```
     pub fn try_insert(&self, value: T, delay: Duration) -> Result<Key, Full<T>> {
-        self.try_insert_at(value, deadline_after(Instant::now(), delay))
+        let now = Instant::now();
+        // The deadline is computed in ticks under the lock: cheaper than
+        // building it as an `Instant` first, and the same (see
+        // `Timers::insert_after`).
+        self.try_insert_with(value, |timers, value| {
+            timers.insert_after(value, now, delay)
+        })
     }
 
     /// Inserts `value`, due at `deadline`, unless the queue is
@@ -321,13 +333,23 @@ impl<T> DelayQueue<T> {
     /// assert_eq!(queue.len(), 1);
     /// ```
     pub fn try_insert_at(&self, value: T, deadline: Instant) -> Result<Key, Full<T>> {
+        self.try_insert_with(value, |timers, value| timers.insert(value, deadline))
+    }
+
+    /// The body of every insert: `insert` files `value` in the timers.
+    #[inline]
+    fn try_insert_with(
+        &self,
+        value: T,
+        insert: impl FnOnce(&mut Timers<T>, T) -> (SlotKey, HeadId),
+    ) -> Result<Key, Full<T>> {
         let mut state = self.shared.lock();
         // Checked under the lock, so concurrent producers cannot overshoot.
         if self.bound.is_some_and(|max| state.timers.len() >= max) {
             drop(state);
             return Err(Full(value));
         }
-        let (slot, id) = state.timers.insert(value, deadline);
+        let (slot, id) = insert(&mut state.timers, value);
         let key = Key {
             slot: slot.index,
             generation: slot.generation,

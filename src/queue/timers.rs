@@ -65,6 +65,7 @@
 use super::heap::{NearHeap, Rec};
 use super::slot::Slot;
 use super::wheel::{Bucket, HOMES, WHEEL_SHIFT, Wheel, wheel_tick};
+use crate::queue::deadline_after;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -93,6 +94,14 @@ const WARM: usize = 16;
 
 /// Ticks of the origin itself: the middle of the `u64` range.
 const ORIGIN_TICKS: u64 = 1 << 63;
+
+/// A duration in nanoseconds, saturating at `u64::MAX` (584 years).
+#[inline]
+fn nanos(d: Duration) -> u64 {
+    d.as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(d.subsec_nanos()))
+}
 
 /// Identifies one insertion: a slot index and the generation it had then.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -151,14 +160,22 @@ impl<T> Timers<T> {
     /// `deadline` as ticks from the origin, clamped to the `u64` range.
     #[inline]
     fn ticks(&self, deadline: Instant) -> u64 {
-        fn nanos(d: Duration) -> u64 {
-            d.as_secs()
-                .saturating_mul(1_000_000_000)
-                .saturating_add(u64::from(d.subsec_nanos()))
-        }
         match deadline.checked_duration_since(self.origin) {
             Some(after) => ORIGIN_TICKS.saturating_add(nanos(after)),
             None => ORIGIN_TICKS.saturating_sub(nanos(self.origin - deadline)),
+        }
+    }
+
+    /// `now + delay` as ticks: exactly `self.ticks(deadline_after(now,
+    /// delay))`, without building the instant unless a sum saturates.
+    #[inline]
+    fn ticks_after(&self, now: Instant, delay: Duration) -> u64 {
+        let base = self.ticks(now);
+        // Neither clamped: the sum is the distance from the origin in
+        // nanoseconds, as `ticks` of the summed instant would be.
+        match base.checked_add(nanos(delay)) {
+            Some(ticks) if base != 0 => ticks,
+            _ => self.ticks(deadline_after(now, delay)),
         }
     }
 
@@ -302,8 +319,25 @@ impl<T> Timers<T> {
     /// overflowing its capacity, this needs far more memory than exists).
     /// Returns the new entry's key and its `(ticks, seq)`.
     pub(crate) fn insert(&mut self, value: T, deadline: Instant) -> (SlotKey, HeadId) {
-        let index = self.alloc_slot();
         let ticks = self.ticks(deadline);
+        self.insert_ticks(value, ticks)
+    }
+
+    /// [`insert`](Self::insert) of `value` due `delay` after `now` (a huge
+    /// delay saturates, as [`deadline_after`] does).
+    pub(crate) fn insert_after(
+        &mut self,
+        value: T,
+        now: Instant,
+        delay: Duration,
+    ) -> (SlotKey, HeadId) {
+        let ticks = self.ticks_after(now, delay);
+        self.insert_ticks(value, ticks)
+    }
+
+    #[inline]
+    fn insert_ticks(&mut self, value: T, ticks: u64) -> (SlotKey, HeadId) {
+        let index = self.alloc_slot();
         let seq = self.bump_seq();
         let slot = &mut self.slots[index as usize];
         slot.generation = slot.generation.wrapping_add(1);

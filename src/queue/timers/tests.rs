@@ -160,6 +160,39 @@ fn deadlines_round_trip_exactly_and_clamp_beyond_292_years() {
 }
 
 #[test]
+fn ticks_after_is_the_ticks_of_the_summed_deadline() {
+    let timers = Timers::<()>::with_capacity(0);
+    let origin = timers.origin;
+    let year = Duration::from_secs(365 * 86_400);
+    let before = [
+        Duration::ZERO,
+        Duration::from_nanos(3),
+        year * 100,
+        year * 400,
+    ]
+    .map(|back| origin.checked_sub(back).unwrap_or(origin));
+    let nows = [before.as_slice(), &[origin, origin + year * 250]].concat();
+    let delays = [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        Duration::from_millis(1500),
+        year * 150,
+        year * 600,
+        Duration::from_secs(u64::MAX / 2),
+        Duration::MAX,
+    ];
+    for now in nows {
+        for delay in delays {
+            assert_eq!(
+                timers.ticks_after(now, delay),
+                timers.ticks(deadline_after(now, delay)),
+                "now {now:?}, delay {delay:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn reset_moves_behind_equal_deadlines() {
     let base = Instant::now();
     let mut timers = Timers::with_capacity(0);
