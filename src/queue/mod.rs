@@ -100,6 +100,11 @@ pub struct Key {
 }
 
 impl Key {
+    /// The index of the entry's slot: a hint for [`DelayQueue::warm`].
+    pub(crate) fn slot_index(self) -> u32 {
+        self.slot
+    }
+
     fn slot_key(self) -> SlotKey {
         SlotKey {
             index: self.slot,
@@ -536,6 +541,20 @@ impl<T> DelayQueue<T> {
         let wake = state.head_may_change(Change::Removed(id));
         self.shared.unlock_and_wake(state, wake);
         Some(value)
+    }
+
+    /// Reads the slot at `index` (a [`Key::slot_index`], perhaps stale) and
+    /// calls `also` in one critical section, so that the cache misses of
+    /// both reads are in flight at once rather than one after the other: the
+    /// next lock or unlock waits for every read before it. Changes nothing.
+    ///
+    /// A caller about to read some cold memory of its own (`also`) and then
+    /// remove an entry by key pays about one miss instead of two.
+    pub(crate) fn warm(&self, index: u32, also: impl FnOnce() -> u64) {
+        let state = self.shared.lock();
+        let read = (state.timers.touch(index), also());
+        drop(state);
+        std::hint::black_box(read);
     }
 
     /// Moves the entry inserted as `key` to `now + delay`, keeping its key

@@ -463,6 +463,14 @@ impl<T> Timers<T> {
         Some(self.instant(self.slots[index as usize].ticks))
     }
 
+    /// Reads the slot at `index`, if there is one: see `DelayQueue::warm`.
+    #[inline]
+    pub(crate) fn touch(&self, index: u32) -> u32 {
+        self.slots
+            .get(index as usize)
+            .map_or(0, |slot| slot.generation)
+    }
+
     pub(crate) fn contains(&self, key: SlotKey) -> bool {
         self.occupied_index(key).is_some()
     }

@@ -3,6 +3,7 @@
 use super::error::JobError;
 use super::job::Control;
 use super::pool::Pool;
+use crate::queue::Key;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -45,11 +46,26 @@ use tokio::time::Instant;
 pub struct JobHandle<T> {
     job: Arc<dyn Control<T>>,
     pool: Arc<Pool>,
+    /// The slot index of the job's first queue key (`u32::MAX` if none):
+    /// only a hint for warming the cache (see `warm`); a later run's key,
+    /// or a slot reused since, makes it useless, never wrong.
+    slot_hint: u32,
 }
 
 impl<T> JobHandle<T> {
-    pub(crate) fn new(job: Arc<dyn Control<T>>, pool: Arc<Pool>) -> Self {
-        JobHandle { job, pool }
+    pub(crate) fn new(job: Arc<dyn Control<T>>, pool: Arc<Pool>, key: Option<Key>) -> Self {
+        JobHandle {
+            job,
+            pool,
+            slot_hint: key.map_or(u32::MAX, Key::slot_index),
+        }
+    }
+
+    /// Reads the job and its queue slot at once, before a cancel locks and
+    /// reads them one after the other: the two cache misses of a job long
+    /// queued (among a million, say) then cost about one.
+    fn warm(&self) {
+        self.pool.queue.warm(self.slot_hint, || self.job.id());
     }
 
     /// Cancels the job if it has not started: it is removed from the queue
@@ -79,6 +95,7 @@ impl<T> JobHandle<T> {
     /// # }
     /// ```
     pub fn cancel(&self) -> bool {
+        self.warm();
         self.job.cancel(&self.pool, false)
     }
 
@@ -114,6 +131,7 @@ impl<T> JobHandle<T> {
     /// # }
     /// ```
     pub fn abort(&self) -> bool {
+        self.warm();
         self.job.cancel(&self.pool, true)
     }
 

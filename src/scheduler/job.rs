@@ -212,15 +212,23 @@ impl<W: Work> Job<W> {
         self.state.lock()
     }
 
-    /// `New` → `Queued` at `deadline`. The caller holds the pool lock, so no
-    /// worker can start the job before its key is recorded.
-    pub(crate) fn enqueue(self: &Arc<Self>, pool: &Pool, ps: &mut PoolState, deadline: Instant) {
+    /// `New` → `Queued` at `deadline`; returns the queue key. The caller
+    /// holds the pool lock, so no worker can start the job before its key is
+    /// recorded.
+    pub(crate) fn enqueue(
+        self: &Arc<Self>,
+        pool: &Pool,
+        ps: &mut PoolState,
+        deadline: Instant,
+    ) -> Option<Key> {
         let mut st = self.lock();
         if let Phase::New(work) = std::mem::replace(&mut st.phase, Phase::Moving) {
             let key = pool.queue.insert_at(self.clone(), deadline);
             st.phase = Phase::Queued { key, work };
             ps.stats.pending += 1;
+            return Some(key);
         }
+        None
     }
 
     /// `Queued` → `Running`, or → `Done(Cancelled)` if the scheduler stopped

@@ -716,9 +716,9 @@ impl Scheduler {
             cleanup::contain(id, "dropping a refused job", move || drop(job));
             return Err(error);
         }
-        job.enqueue(pool, &mut ps, deadline);
+        let key = job.enqueue(pool, &mut ps, deadline);
         drop(ps);
-        Ok(JobHandle::new(job, pool.clone()))
+        Ok(JobHandle::new(job, pool.clone(), key))
     }
 
     /// Starts an orderly shutdown (JDK `shutdown`): no new jobs are accepted;

@@ -193,6 +193,15 @@ fn ticks_after_is_the_ticks_of_the_summed_deadline() {
 }
 
 #[test]
+fn touch_reads_any_index_without_panicking() {
+    let mut timers = Timers::with_capacity(0);
+    let key = timers.insert(1, Instant::now()).0;
+    assert_eq!(timers.touch(key.index), key.generation);
+    assert_eq!(timers.touch(key.index + 1), 0);
+    assert_eq!(timers.touch(u32::MAX), 0);
+}
+
+#[test]
 fn reset_moves_behind_equal_deadlines() {
     let base = Instant::now();
     let mut timers = Timers::with_capacity(0);
