@@ -203,3 +203,23 @@ async fn cancelled_jobs_leave_nothing_in_the_queue() {
     scheduler.terminated().await;
     assert_eq!(tokio::time::Instant::now().elapsed(), Duration::ZERO);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_second_cancel_leaves_the_job_that_reused_the_slot_alone() {
+    let scheduler = Scheduler::new(1);
+    let first = scheduler
+        .schedule(Duration::from_secs(60), async { 1 })
+        .unwrap();
+    assert!(first.cancel());
+    // Most likely in the slot the first job left: the first handle's record
+    // of its queue position now points at this job.
+    let second = scheduler
+        .schedule(Duration::from_secs(60), async { 2 })
+        .unwrap();
+    assert!(!first.cancel());
+    assert!(!first.abort());
+    assert_eq!(scheduler.stats().pending, 1);
+    assert!(second.next_run().is_some());
+    sleep(Duration::from_secs(61)).await;
+    assert_eq!(second.await.unwrap(), 2);
+}
