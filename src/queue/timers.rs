@@ -121,6 +121,10 @@ pub(crate) struct Timers<T> {
     free_head: u32,
     next_seq: u32,
     origin: Instant,
+    /// Every tick count from the origin on names an instant the platform
+    /// can represent (false only for an origin within 292 years of the
+    /// latest `Instant`): then `ticks_after` may add in ticks.
+    sums_fit: bool,
     /// The latest clock reading [`Timers::pop_due_by`] took, in ticks.
     seen: u64,
     wheel: Wheel,
@@ -140,11 +144,18 @@ pub(crate) struct Timers<T> {
 
 impl<T> Timers<T> {
     pub(crate) fn with_capacity(capacity: usize) -> Self {
+        Self::with_origin(capacity, Instant::now())
+    }
+
+    fn with_origin(capacity: usize, origin: Instant) -> Self {
         Timers {
             slots: Vec::with_capacity(capacity),
             free_head: NIL,
             next_seq: 0,
-            origin: Instant::now(),
+            origin,
+            sums_fit: origin
+                .checked_add(Duration::from_nanos(u64::MAX - ORIGIN_TICKS))
+                .is_some(),
             seen: 0,
             wheel: Wheel::new(ORIGIN_TICKS >> WHEEL_SHIFT),
             run: Vec::new(),
@@ -171,10 +182,11 @@ impl<T> Timers<T> {
     #[inline]
     fn ticks_after(&self, now: Instant, delay: Duration) -> u64 {
         let base = self.ticks(now);
-        // Neither clamped: the sum is the distance from the origin in
-        // nanoseconds, as `ticks` of the summed instant would be.
+        // Neither clamped, and `now + delay` representable (`sums_fit`):
+        // the sum is the distance from the origin in nanoseconds, as
+        // `ticks` of the summed instant would be.
         match base.checked_add(nanos(delay)) {
-            Some(ticks) if base != 0 => ticks,
+            Some(ticks) if base != 0 && self.sums_fit => ticks,
             _ => self.ticks(deadline_after(now, delay)),
         }
     }

@@ -193,6 +193,34 @@ fn ticks_after_is_the_ticks_of_the_summed_deadline() {
 }
 
 #[test]
+fn ticks_after_near_the_last_instant_stays_representable() {
+    // The latest instant, to the second.
+    let base = Instant::now();
+    let (mut fits, mut overflows) = (0u64, u64::MAX);
+    while overflows - fits > 1 {
+        let mid = fits + (overflows - fits) / 2;
+        match base.checked_add(Duration::from_secs(mid)) {
+            Some(_) => fits = mid,
+            None => overflows = mid,
+        }
+    }
+    let year = Duration::from_secs(365 * 86_400);
+    let origin = base + Duration::from_secs(fits) - year * 100;
+    let mut timers = Timers::with_origin(0, origin);
+    assert!(!timers.sums_fit);
+    for delay in [Duration::ZERO, year * 50, year * 200, Duration::MAX] {
+        assert_eq!(
+            timers.ticks_after(origin, delay),
+            timers.ticks(deadline_after(origin, delay)),
+            "delay {delay:?}"
+        );
+        let key = timers.insert_after((), origin, delay).0;
+        // The deadline an insert reports is an instant, not a panic.
+        assert!(timers.deadline(key).is_some_and(|at| at >= origin));
+    }
+}
+
+#[test]
 fn touch_reads_any_index_without_panicking() {
     let mut timers = Timers::with_capacity(0);
     let key = timers.insert(1, Instant::now()).0;
