@@ -29,11 +29,15 @@ fn a_full_bounded_queue_panics_at_the_callers_insert() {
     let queue = DelayQueue::bounded(1);
     queue.insert(1, Duration::from_secs(1));
 
-    let line = line!() + 1;
-    let at = panic_location(|| drop(queue.insert(2, Duration::from_secs(1))));
+    let line = line!() + 2;
+    let at = panic_location(|| {
+        queue.insert(2, Duration::from_secs(1));
+    });
     assert_eq!(at, Some((file!().to_owned(), line)));
 
-    let line = line!() + 1;
-    let at = panic_location(|| drop(queue.insert_at(2, Instant::now())));
+    let line = line!() + 2;
+    let at = panic_location(|| {
+        queue.insert_at(2, Instant::now());
+    });
     assert_eq!(at, Some((file!().to_owned(), line)));
 }
