@@ -518,13 +518,15 @@ impl<W: Work> Control<W::Output> for Job<W> {
         let mut ps = pool.lock();
         let mut st = self.lock();
         let mut removed = None;
+        let mut unrun = None;
         let (cancelled, cleanup) = if let Some((key, work)) = take_queued(&mut st.phase) {
             // Removed by key at once: no cancelled garbage waits in the
             // queue for its deadline.
             removed = pool.queue.remove(key);
             ps.stats.pending -= 1;
             ps.stats.cancelled += 1;
-            let cleanup = finish(self.id, &mut st, Err(JobError::Cancelled), Some(work));
+            unrun = Some(work);
+            let cleanup = finish(self.id, &mut st, Err(JobError::Cancelled), None);
             (true, cleanup)
         } else {
             match &mut st.phase {
@@ -546,6 +548,11 @@ impl<W: Work> Control<W::Output> for Job<W> {
         drop(st);
         pool.unlock(ps);
         cleanup.run();
+        // Dropped last and contained, as the cleanup's own garbage is, but
+        // without boxing it first.
+        if let Some(work) = unrun {
+            contain(self.id, "dropping a job's value", move || drop(work));
+        }
         // The queue's reference to this job: never the last one (the handle
         // calling this holds another), so no user value is dropped here.
         drop(removed);
