@@ -105,6 +105,21 @@ fn churn(c: &mut Criterion) {
             total
         })
     });
+    // tokio-util behind the lock punctual takes: the cost of sharing.
+    g.bench_function("insert/tokio-util-locked", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let q = parking_lot::Mutex::new(tokio_util::time::DelayQueue::new());
+                let start = Instant::now();
+                for (i, d) in delays.iter().enumerate() {
+                    black_box(q.lock().insert(i, *d));
+                }
+                total += start.elapsed();
+            }
+            total
+        })
+    });
     g.bench_function("remove/punctual", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
@@ -611,6 +626,14 @@ fn main() {
             higher_is_better: false,
         });
     }
+    rows.push(Row {
+        workload: "churn insert, peer behind a parking_lot Mutex".into(),
+        unit: "ns/op",
+        ours: ns_per("churn", "insert_punctual", CHURN_N),
+        peer_name: format!("{tu} + Mutex"),
+        peer: ns_per("churn", "insert_tokio-util-locked", CHURN_N),
+        higher_is_better: false,
+    });
     for queued in [0, CHURN_N] {
         rows.push(Row {
             workload: format!("insert + remove one, {queued} queued"),
