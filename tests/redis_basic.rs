@@ -570,7 +570,8 @@ async fn purge_deletes_every_key_of_the_queue_and_only_those() {
     q.insert(&3, HOUR).await.unwrap();
     q.insert(&4, ms(0)).await.unwrap();
     let keys = server.cli(&["KEYS", "punctual:{purged}:*"]);
-    assert_eq!(keys.lines().count(), 8, "every key exists: {keys}");
+    // All but `schedules`, which only a schedule creates.
+    assert_eq!(keys.lines().count(), 5, "every key exists: {keys}");
 
     q.purge().await.unwrap();
     let left = server.cli(&["KEYS", "*"]);

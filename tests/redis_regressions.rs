@@ -252,8 +252,8 @@ async fn a_value_that_is_not_utf8_goes_to_the_dead_letters() {
     let client = redis::Client::open(server.url()).unwrap();
     let mut con = client.get_multiplexed_async_connection().await.unwrap();
     let _: () = redis::cmd("HSET")
-        .arg("punctual:{bytes}:values")
-        .arg(&bad)
+        .arg("punctual:{bytes}:entries")
+        .arg(format!("v:{bad}"))
         .arg(&[0xffu8, 0x00][..])
         .query_async(&mut con)
         .await

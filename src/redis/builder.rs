@@ -7,8 +7,10 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::conn::Conn;
 use super::error::{Error, check_name};
-use super::queue::{Inner, RedisQueue};
+use super::inner::Inner;
+use super::queue::RedisQueue;
 
 /// Builds a [`RedisQueue`]; made by [`RedisQueue::builder`].
 ///
@@ -34,6 +36,7 @@ pub struct RedisQueueBuilder<T> {
     lease: Duration,
     max_attempts: u32,
     poll_interval: Duration,
+    response_timeout: Duration,
     _values: PhantomData<fn(T) -> T>,
 }
 
@@ -54,6 +57,7 @@ impl<T> fmt::Debug for RedisQueueBuilder<T> {
             .field("lease", &self.lease)
             .field("max_attempts", &self.max_attempts)
             .field("poll_interval", &self.poll_interval)
+            .field("response_timeout", &self.response_timeout)
             .finish()
     }
 }
@@ -66,6 +70,7 @@ impl<T> RedisQueueBuilder<T> {
             lease: Duration::from_secs(30),
             max_attempts: 10,
             poll_interval: Duration::from_secs(1),
+            response_timeout: Duration::from_secs(10),
             _values: PhantomData,
         }
     }
@@ -112,6 +117,47 @@ impl<T> RedisQueueBuilder<T> {
         self.poll_interval = every.max(Duration::from_millis(1));
         self
     }
+
+    /// The longest any call waits for one reply from Redis; default 10 s.
+    ///
+    /// A reply can be late without anything being wrong: a server paused
+    /// for a failover (`CLIENT PAUSE ... WRITE`), a slow link, a long script
+    /// of another client. A call whose reply does not come in time returns
+    /// `Err` (a producer's call may still have been applied: retry with
+    /// [`insert_with_id`](super::RedisQueue::insert_with_id) where a
+    /// duplicate matters), and its connection is replaced by a new one, so
+    /// a half-open connection (a NAT or load balancer that dropped its
+    /// state) costs one timeout, not the queue. Consumers send a claim whose
+    /// reply was lost again and get what it leased, so no attempt is spent
+    /// on an entry nobody saw. Millisecond resolution.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `limit` is zero.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use punctual::redis::RedisQueue;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// let orders: RedisQueue<u64> = RedisQueue::builder("unpaid-orders")
+    ///     .response_timeout(Duration::from_secs(3))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn response_timeout(mut self, limit: Duration) -> Self {
+        assert!(
+            !limit.is_zero(),
+            "`response_timeout` must be greater than zero"
+        );
+        self.response_timeout = limit;
+        self
+    }
 }
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueueBuilder<T> {
@@ -129,34 +175,63 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueueBuilder<
             Source::Url(url) => redis::Client::open(url.as_str())?,
             Source::Client(client) => client,
         };
-        let mut conn = client
-            .get_connection_manager_with_config(connection_config())
-            .await?;
-        let info: String = redis::cmd("INFO")
-            .arg("server")
-            .query_async(&mut conn)
-            .await?;
+        let conn = Conn::connect(client, self.response_timeout).await?;
+        let info: String = conn.query(redis::cmd("INFO").arg("server")).await?;
         check_version(&info)?;
         let inner = Inner::new(
             self.name,
-            client,
             conn,
             self.lease,
             self.max_attempts,
             self.poll_interval,
         );
         inner.check().await?;
+        check_channel(&inner).await?;
         Ok(RedisQueue::from_inner(inner))
     }
 }
 
-/// Reconnection settings: a few quick attempts per failure, so a caller
-/// learns soon that the server is gone (`take` goes on retrying by itself).
-fn connection_config() -> redis::aio::ConnectionManagerConfig {
-    redis::aio::ConnectionManagerConfig::new()
-        .set_number_of_retries(3)
-        .set_max_delay(Duration::from_millis(500))
-        .set_connection_timeout(Some(Duration::from_secs(2)))
+/// Warns (through `tracing`) when the user may not publish or subscribe to
+/// the queue's channel: announcements are an optimisation, and consumers
+/// then find new entries by polling.
+async fn check_channel(inner: &Inner) -> Result<(), Error> {
+    let channel = &inner.keys.channel;
+    let published: Result<i64, Error> = inner
+        .conn
+        .query(redis::cmd("PUBLISH").arg(channel).arg(""))
+        .await;
+    match published {
+        Err(Error::Redis(e)) if e.code() == Some("NOPERM") => {
+            tracing::warn!(queue = %inner.name, channel, error = %e,
+                "this user may not publish to the queue's channel: waiting consumers \
+                 find new entries by polling (poll_interval)");
+        }
+        other => {
+            other?;
+        }
+    }
+    let timeout = inner.conn.response_timeout();
+    let subscribed = tokio::time::timeout(timeout, async {
+        let mut pubsub = inner.conn.client().get_async_pubsub().await?;
+        pubsub.subscribe(channel).await
+    })
+    .await;
+    match subscribed {
+        Ok(Err(e)) if e.code() == Some("NOPERM") => {
+            tracing::warn!(queue = %inner.name, channel, error = %e,
+                "this user may not subscribe to the queue's channel: waiting consumers \
+                 find new entries by polling (poll_interval)");
+        }
+        Ok(Err(e)) => return Err(Error::Redis(e)),
+        Ok(Ok(())) => {}
+        Err(_) => {
+            return Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no answer to a subscription in time",
+            ))));
+        }
+    }
+    Ok(())
 }
 
 /// Fails unless `INFO server` names Redis 6.2 or later.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::error::Error;
-use super::queue::{Inner, Lease};
+use super::inner::{Held, Inner, Op};
 
 /// An entry taken from a [`RedisQueue`](super::RedisQueue), leased to this
 /// consumer until [`lease_until`](Self::lease_until).
@@ -15,8 +15,8 @@ use super::queue::{Inner, Lease};
 /// runs out, then is delivered again with `attempt + 1`.
 pub struct Delivery<T> {
     queue: Arc<Inner>,
-    id: String,
-    lease: Lease,
+    held: Held,
+    attempt: u32,
     value: T,
     deadline: SystemTime,
     lease_until: SystemTime,
@@ -25,9 +25,9 @@ pub struct Delivery<T> {
 impl<T: fmt::Debug> fmt::Debug for Delivery<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Delivery")
-            .field("id", &self.id)
+            .field("id", &self.held.id)
             .field("value", &self.value)
-            .field("attempt", &self.lease.attempt)
+            .field("attempt", &self.attempt)
             .field("deadline", &self.deadline)
             .field("lease_until", &self.lease_until)
             .finish()
@@ -37,16 +37,16 @@ impl<T: fmt::Debug> fmt::Debug for Delivery<T> {
 impl<T> Delivery<T> {
     pub(crate) fn new(
         queue: Arc<Inner>,
-        id: String,
-        lease: Lease,
+        held: Held,
+        attempt: u32,
         value: T,
         deadline: SystemTime,
         lease_until: SystemTime,
     ) -> Self {
         Delivery {
             queue,
-            id,
-            lease,
+            held,
+            attempt,
             value,
             deadline,
             lease_until,
@@ -55,7 +55,7 @@ impl<T> Delivery<T> {
 
     /// The entry's id.
     pub fn id(&self) -> &str {
-        &self.id
+        &self.held.id
     }
 
     /// The entry's value.
@@ -71,11 +71,12 @@ impl<T> Delivery<T> {
 
     /// Which delivery of the entry this is: 1 on the first.
     pub fn attempt(&self) -> u32 {
-        self.lease.attempt
+        self.attempt
     }
 
     /// When the entry was due (for a re-delivery: when the previous lease
-    /// ran out), by the server's clock.
+    /// ran out; for a schedule's tick: its instant, on every attempt), by
+    /// the server's clock.
     pub fn deadline(&self) -> SystemTime {
         self.deadline
     }
@@ -91,7 +92,9 @@ impl<T> Delivery<T> {
     ///
     /// # Errors
     ///
-    /// [`Error::Redis`] if Redis cannot be reached; the entry stays leased.
+    /// [`Error::Redis`] if Redis cannot be reached or its reply did not come
+    /// in time; then the ack may or may not have happened (if not, the entry
+    /// is delivered again after its lease).
     ///
     /// # Cancel safety
     ///
@@ -113,7 +116,17 @@ impl<T> Delivery<T> {
     /// # Ok(()) }
     /// ```
     pub async fn ack(self) -> Result<bool, Error> {
-        self.queue.ack(&self.id, &self.lease).await
+        self.finish(Op::ack(&self.held)).await
+    }
+
+    async fn finish(&self, op: Op) -> Result<bool, Error> {
+        let done = self.queue.finish(std::slice::from_ref(&op)).await?;
+        Ok(done.first().copied().unwrap_or(false))
+    }
+
+    /// The lease this delivery holds, for the worker.
+    pub(crate) fn held(&self) -> &Held {
+        &self.held
     }
 
     /// Gives the entry back, due `delay` from now (ordered as if inserted
@@ -121,7 +134,8 @@ impl<T> Delivery<T> {
     ///
     /// # Errors
     ///
-    /// [`Error::Redis`] if Redis cannot be reached; the entry stays leased.
+    /// [`Error::Redis`] if Redis cannot be reached or its reply did not come
+    /// in time; then the retry may or may not have happened.
     ///
     /// # Cancel safety
     ///
@@ -142,7 +156,7 @@ impl<T> Delivery<T> {
     /// # Ok(()) }
     /// ```
     pub async fn retry(self, delay: Duration) -> Result<bool, Error> {
-        self.queue.retry(&self.id, &self.lease, delay).await
+        self.finish(Op::retry(&self.held, delay)).await
     }
 
     /// Pushes the end of the lease to `lease` from now, if the lease is still
@@ -150,7 +164,9 @@ impl<T> Delivery<T> {
     ///
     /// # Errors
     ///
-    /// [`Error::Redis`] if Redis cannot be reached; the lease is unchanged.
+    /// [`Error::Redis`] if Redis cannot be reached or its reply did not come
+    /// in time; then the lease may or may not have been extended, and
+    /// [`lease_until`](Self::lease_until) keeps the old end.
     ///
     /// # Cancel safety
     ///
@@ -174,7 +190,8 @@ impl<T> Delivery<T> {
     /// # Ok(()) }
     /// ```
     pub async fn extend(&mut self, lease: Duration) -> Result<bool, Error> {
-        match self.queue.extend(&self.id, &self.lease, lease).await? {
+        let ends = self.queue.extend(&[&self.held], lease).await?;
+        match ends.first().copied().flatten() {
             Some(until) => {
                 self.lease_until = until;
                 Ok(true)

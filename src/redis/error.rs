@@ -17,8 +17,14 @@ pub enum Error {
     /// A queue name that is empty, longer than 512 bytes or contains `{` or
     /// `}` (they would break the queue's hash tag).
     InvalidName(String),
-    /// The server is older than Redis 6.2, or not a Redis server.
+    /// The server is older than Redis 6.2 or not a Redis server, or this
+    /// process cannot serve what the queue holds (a cron schedule without
+    /// the cargo feature `cron`).
     Unsupported(String),
+    /// A schedule that cannot be: a zero period, a bad cron expression or an
+    /// unknown `CRON_TZ` zone (named), or a name taken by an entry that is
+    /// not a schedule's tick.
+    InvalidSchedule(String),
 }
 
 impl fmt::Display for Error {
@@ -28,7 +34,8 @@ impl fmt::Display for Error {
             Error::Encode(e) => write!(f, "value does not serialize to JSON: {e}"),
             Error::InvalidId(why) => write!(f, "invalid id: {why}"),
             Error::InvalidName(why) => write!(f, "invalid queue name: {why}"),
-            Error::Unsupported(why) => write!(f, "unsupported server: {why}"),
+            Error::Unsupported(why) => write!(f, "unsupported: {why}"),
+            Error::InvalidSchedule(why) => write!(f, "invalid schedule: {why}"),
         }
     }
 }
@@ -76,6 +83,19 @@ impl Error {
                 || e.is_connection_dropped()
                 || e.is_connection_refusal()
                 || e.is_timeout())
+    }
+}
+
+impl Error {
+    /// Whether the request may have reached the server and run although no
+    /// reply came: its reply timed out, or the connection broke after it was
+    /// sent.
+    pub(crate) fn is_in_doubt(&self) -> bool {
+        let Error::Redis(e) = self else {
+            return false;
+        };
+        !e.is_connection_refusal()
+            && (e.is_timeout() || e.is_connection_dropped() || e.is_io_error())
     }
 }
 

@@ -90,8 +90,10 @@
 //! followed, so point the queue at the node that owns its slot.
 
 mod builder;
+mod conn;
 mod delivery;
 mod error;
+mod inner;
 mod queue;
 mod scripts;
 mod wait;

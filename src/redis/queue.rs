@@ -7,8 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::Stream;
-use redis::aio::ConnectionManager;
-use redis::{FromRedisValue, ScriptInvocation, Value};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
@@ -16,8 +14,9 @@ use tokio::time::Instant;
 use super::builder::RedisQueueBuilder;
 use super::delivery::Delivery;
 use super::error::{Error, check_id};
-use super::scripts::{Keys, SCRIPTS};
-use super::wait::{Backoff, Waiter};
+use super::inner::{Attempt, Claim, Claimed, Inner, Op, millis, system_time};
+use super::scripts::SCRIPTS;
+use super::wait::{Backoff, Listener};
 use super::{DeadLetter, RedisStats};
 use crate::queue::deadline_after;
 
@@ -47,188 +46,6 @@ impl<T> fmt::Debug for RedisQueue<T> {
             .field("max_attempts", &self.inner.max_attempts)
             .field("poll_interval", &self.inner.poll_interval)
             .finish_non_exhaustive()
-    }
-}
-
-/// What every handle and delivery of one queue shares.
-#[derive(Debug)]
-pub(crate) struct Inner {
-    name: String,
-    client: redis::Client,
-    conn: ConnectionManager,
-    keys: Keys,
-    lease: Duration,
-    max_attempts: u32,
-    poll_interval: Duration,
-    waiter: Waiter,
-}
-
-/// One entry of a claim.
-struct Claimed {
-    id: String,
-    lease: Lease,
-    /// The stored value; bytes, since a writer in another language may have
-    /// stored anything.
-    json: Option<Vec<u8>>,
-    deadline: i64,
-    lease_until: i64,
-}
-
-/// What identifies one delivery's lease: the entry's member (new on every
-/// insert, retry, reset and requeue) and its attempt (new on every claim).
-#[derive(Debug)]
-pub(crate) struct Lease {
-    pub(crate) member: String,
-    pub(crate) attempt: u32,
-}
-
-/// The answer of the claim script.
-struct Claim {
-    /// The server's clock, in ms since the epoch.
-    now: i64,
-    /// The score of the schedule's head after the claim.
-    head: Option<i64>,
-    items: Vec<Claimed>,
-}
-
-impl Inner {
-    pub(crate) fn new(
-        name: String,
-        client: redis::Client,
-        conn: ConnectionManager,
-        lease: Duration,
-        max_attempts: u32,
-        poll_interval: Duration,
-    ) -> Inner {
-        Inner {
-            keys: Keys::new(&name),
-            name,
-            client,
-            conn,
-            lease,
-            max_attempts,
-            poll_interval,
-            waiter: Waiter::default(),
-        }
-    }
-
-    /// An invocation of `script` with the queue's keys.
-    fn script(&self, script: &'static redis::Script) -> ScriptInvocation<'static> {
-        let mut invocation = script.prepare_invoke();
-        for key in &self.keys.all {
-            invocation.key(key);
-        }
-        invocation
-    }
-
-    async fn run<R: FromRedisValue>(&self, invocation: &ScriptInvocation<'_>) -> Result<R, Error> {
-        Ok(invocation.invoke_async(&mut self.conn.clone()).await?)
-    }
-
-    /// When, on this process's clock, the schedule's head is due according
-    /// to `claim` (the head may be a lease running out); a poll interval on
-    /// if the queue is empty. Recorded for the waiter.
-    fn next_due(&self, claim: &Claim) -> Instant {
-        let wait = claim.head.map_or(self.poll_interval, |head| {
-            Duration::from_millis(u64::try_from(head - claim.now).unwrap_or(0))
-        });
-        let next_due = deadline_after(Instant::now(), wait);
-        self.waiter.set_next_due(next_due);
-        next_due
-    }
-
-    /// Fails if a key of the queue holds a foreign type.
-    pub(crate) async fn check(&self) -> Result<(), Error> {
-        let _: i64 = self.run(&self.script(&SCRIPTS.check)).await?;
-        Ok(())
-    }
-
-    async fn claim(&self, max: usize) -> Result<Claim, Error> {
-        let mut invocation = self.script(&SCRIPTS.claim);
-        invocation
-            .arg(max)
-            .arg(millis(self.lease).max(1))
-            .arg(self.max_attempts);
-        let reply: Vec<Value> = self.run(&invocation).await?;
-        let mut fields = reply.into_iter();
-        let mut next = || -> Result<Value, Error> {
-            fields.next().ok_or_else(|| {
-                Error::Redis(redis::RedisError::from((
-                    redis::ErrorKind::UnexpectedReturnType,
-                    "short reply from the claim script",
-                )))
-            })
-        };
-        let now: i64 = parse(next()?)?;
-        let head: i64 = parse(next()?)?;
-        let mut items = Vec::new();
-        while let Ok(id) = next() {
-            let id = parse(id)?;
-            let member = parse(next()?)?;
-            let json = parse(next()?)?;
-            let attempt = parse(next()?)?;
-            items.push(Claimed {
-                id,
-                lease: Lease { member, attempt },
-                json,
-                deadline: parse(next()?)?,
-                lease_until: parse(next()?)?,
-            });
-        }
-        Ok(Claim {
-            now,
-            head: (head >= 0).then_some(head),
-            items,
-        })
-    }
-
-    pub(crate) async fn ack(&self, id: &str, lease: &Lease) -> Result<bool, Error> {
-        let mut invocation = self.script(&SCRIPTS.ack);
-        invocation.arg(id).arg(&lease.member).arg(lease.attempt);
-        self.run(&invocation).await
-    }
-
-    pub(crate) async fn retry(
-        &self,
-        id: &str,
-        lease: &Lease,
-        delay: Duration,
-    ) -> Result<bool, Error> {
-        let mut invocation = self.script(&SCRIPTS.retry);
-        invocation
-            .arg(id)
-            .arg(&lease.member)
-            .arg(lease.attempt)
-            .arg(millis(delay))
-            .arg(&self.keys.channel);
-        self.run(&invocation).await
-    }
-
-    /// The new end of the lease, or `None` if it was lost.
-    pub(crate) async fn extend(
-        &self,
-        id: &str,
-        held: &Lease,
-        lease: Duration,
-    ) -> Result<Option<SystemTime>, Error> {
-        let mut invocation = self.script(&SCRIPTS.extend);
-        invocation
-            .arg(id)
-            .arg(&held.member)
-            .arg(held.attempt)
-            .arg(millis(lease));
-        let until: i64 = self.run(&invocation).await?;
-        Ok((until > 0).then(|| system_time(until)))
-    }
-
-    async fn bury(&self, id: &str, lease: &Lease, reason: &str) -> Result<bool, Error> {
-        let mut invocation = self.script(&SCRIPTS.bury);
-        invocation
-            .arg(id)
-            .arg(&lease.member)
-            .arg(lease.attempt)
-            .arg(reason);
-        self.run(&invocation).await
     }
 }
 
@@ -344,11 +161,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let json = serde_json::to_string(value).map_err(Error::Encode)?;
         let mut invocation = self.inner.script(&SCRIPTS.insert);
         invocation
+            .arg(&self.inner.keys.channel)
+            .arg(1)
             .arg(id)
             .arg(json)
             .arg(kind)
-            .arg(ms)
-            .arg(&self.inner.keys.channel);
+            .arg(ms);
         let (inserted, id): (bool, String) = self.inner.run(&invocation).await?;
         Ok((inserted, id))
     }
@@ -362,7 +180,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     pub async fn remove(&self, id: &str) -> Result<bool, Error> {
         check_id(id)?;
         let mut invocation = self.inner.script(&SCRIPTS.remove);
-        invocation.arg(id);
+        invocation.arg(id).arg("e");
         self.inner.run(&invocation).await
     }
 
@@ -482,14 +300,16 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// # Ok(()) }
     /// ```
     pub async fn try_take(&self) -> Result<Option<Delivery<T>>, Error> {
+        let mut pending = Abandon(&self.inner, Attempt::new());
         loop {
-            let claim = self.inner.claim(1).await?;
+            let claim = self.inner.claim(&mut pending.1, 1, &[]).await?;
             self.inner.next_due(&claim);
             let more_due = claim.head.is_some_and(|head| head <= claim.now);
             let mut taken = self.deliveries(claim).await;
             if !taken.is_empty() || !more_due {
                 return Ok(taken.pop());
             }
+            pending.1 = Attempt::new();
         }
     }
 
@@ -674,26 +494,32 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         max: usize,
         until: Option<Instant>,
     ) -> Result<Vec<Delivery<T>>, Error> {
-        let waiter = &self.inner.waiter;
+        let inner = &self.inner;
+        let waiter = &inner.waiter;
         let mut lead = None;
         let mut backoff = Backoff::default();
+        // A claim whose reply was lost is sent again with its token, to get
+        // what it leased; if this loop ends first (timeout, error, dropped
+        // future), the next claim of the handle gives that back.
+        let mut pending = Abandon(inner, Attempt::new());
         // Set while this process's last claim said nothing is due before
         // then: the consumer waits instead of asking again. Only an insert,
-        // reset, retry or requeue can make an entry due earlier, and each
-        // announces itself (a kick cuts the leader's nap short).
+        // reset, retry, requeue or shortened lease can make an entry due
+        // earlier, and each announces itself (a kick cuts the leader's nap
+        // short).
         let mut known_idle_until = waiter.next_due().filter(|due| *due > Instant::now());
         loop {
             let next_due = match known_idle_until.take() {
                 Some(next_due) => next_due,
                 None => {
-                    let claim = match self.inner.claim(max).await {
+                    let claim = match inner.claim(&mut pending.1, max, &[]).await {
                         Ok(claim) => {
                             backoff.reset();
                             claim
                         }
                         Err(error) if error.is_transient() => {
                             let pause = backoff.next();
-                            tracing::warn!(queue = %self.inner.name, %error, ?pause,
+                            tracing::warn!(queue = %inner.name, %error, ?pause,
                                 "redis unreachable while taking; retrying");
                             if !sleep_within(pause, until).await {
                                 return Ok(Vec::new());
@@ -702,7 +528,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                         }
                         Err(error) => return Err(error),
                     };
-                    let next_due = self.inner.next_due(&claim);
+                    let next_due = inner.next_due(&claim);
                     let more_due = claim.head.is_some_and(|head| head <= claim.now);
                     let taken = self.deliveries(claim).await;
                     if more_due {
@@ -712,6 +538,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     if !taken.is_empty() {
                         return Ok(taken); // dropping `lead` hands leadership over
                     }
+                    pending.1 = Attempt::new();
                     if more_due {
                         continue;
                     }
@@ -740,14 +567,19 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     continue;
                 }
             }
-            waiter.listen(
-                &self.inner.client,
-                &self.inner.keys.channel,
-                &self.inner.name,
-            );
+            waiter.listen(|| Listener {
+                client: inner.conn.client().clone(),
+                channel: inner.keys.channel.clone(),
+                queue: inner.name.clone(),
+                response_timeout: inner.conn.response_timeout(),
+                ping_after: inner
+                    .poll_interval
+                    .saturating_mul(10)
+                    .clamp(Duration::from_millis(500), Duration::from_secs(30)),
+            });
             let nap = next_due
                 .saturating_duration_since(Instant::now())
-                .clamp(Duration::from_millis(1), self.inner.poll_interval);
+                .clamp(Duration::from_millis(1), inner.poll_interval);
             let kicked = waiter.kick.notified();
             tokio::select! {
                 _ = kicked => {}
@@ -759,42 +591,60 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     }
 
     /// Turns a claim into deliveries; values that do not decode go to the
-    /// dead letters, never to a consumer.
+    /// dead letters, never to a consumer, and so do cron ticks the claim
+    /// marked.
     async fn deliveries(&self, claim: Claim) -> Vec<Delivery<T>> {
         let mut taken = Vec::with_capacity(claim.items.len());
+        let mut buried = Vec::new();
         for claimed in claim.items {
             let Claimed {
-                id,
-                lease,
+                held,
                 json,
+                attempt,
                 deadline,
                 lease_until,
+                bury,
             } = claimed;
-            let decoded = match json {
-                Some(json) => serde_json::from_slice::<T>(&json).map_err(|e| e.to_string()),
-                None => Err("the value is missing".to_owned()),
+            let decoded = match (bury, json) {
+                (Some(why), _) => Err(why),
+                (None, Some(json)) => serde_json::from_slice::<T>(&json)
+                    .map_err(|e| format!("value does not decode: {e}")),
+                (None, None) => Err("value does not decode: the value is missing".to_owned()),
             };
             match decoded {
                 Ok(value) => taken.push(Delivery::new(
                     Arc::clone(&self.inner),
-                    id,
-                    lease,
+                    held,
+                    attempt,
                     value,
-                    system_time(deadline),
-                    system_time(lease_until),
+                    deadline,
+                    lease_until,
                 )),
-                Err(why) => {
-                    let reason = format!("value does not decode: {why}");
-                    tracing::warn!(queue = %self.inner.name, id, reason, "moved to the dead letters");
-                    if let Err(error) = self.inner.bury(&id, &lease, &reason).await {
-                        // Its lease runs out and the next claim tries again.
-                        tracing::warn!(queue = %self.inner.name, id, %error,
-                            "could not move an undecodable entry to the dead letters");
-                    }
+                Err(reason) => {
+                    tracing::warn!(queue = %self.inner.name, id = held.id, reason,
+                        "moved to the dead letters");
+                    buried.push(Op::bury(&held, reason));
                 }
             }
         }
+        if !buried.is_empty() {
+            if let Err(error) = self.inner.finish(&buried).await {
+                // Their leases run out and the next claim tries again.
+                tracing::warn!(queue = %self.inner.name, %error,
+                    "could not move entries to the dead letters");
+            }
+        }
         taken
+    }
+}
+
+/// Leaves a claim in doubt to the handle's next claim when dropped: a claim
+/// whose reply was lost and that is not sent again gives back what it holds.
+struct Abandon<'a>(&'a Inner, Attempt);
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        self.0.abandon(&self.1);
     }
 }
 
@@ -830,19 +680,3 @@ const MAX_BATCH: usize = 1024;
 
 /// The most dead letters one call lists (an integer Lua keeps exact).
 const MAX_LIST: usize = 1 << 31;
-
-/// Deadlines beyond this many ms since the epoch (about 142,000 years)
-/// saturate, so that every score stays an exact integer in a Lua double.
-const MAX_MS: u64 = 1 << 52;
-
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).min(MAX_MS)
-}
-
-fn system_time(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
-
-fn parse<R: FromRedisValue>(value: Value) -> Result<R, Error> {
-    Ok(redis::from_redis_value(value).map_err(redis::RedisError::from)?)
-}

@@ -1,12 +1,13 @@
 //! The server-side Lua scripts: every operation on a queue is one of them,
 //! in `scripts/<operation>.lua`, each opening with its KEYS, ARGV and reply.
 //!
-//! Each script gets the queue's eight keys in the order of [`Keys`] and reads
+//! Each script gets the queue's six keys in the order of [`Keys`] and reads
 //! the clock with `TIME`, so every process agrees on what is due. A script
 //! that fails half way leaves its first writes in place, so each one checks
 //! the type of every key it writes before its first write: the hot ones
-//! (insert, claim, ack) only those, by a read they need anyway or a `TYPE`;
-//! the others every key. `build` checks every key once.
+//! (insert, claim, finish) by reads they need anyway, by writing the one
+//! key they do not read first, or, once per batch, with `TYPE`; the others
+//! every key. `build` checks every key once.
 
 use std::sync::LazyLock;
 
@@ -15,9 +16,9 @@ use redis::Script;
 /// Names of one queue's keys, all under the hash tag `{name}`.
 #[derive(Debug)]
 pub(crate) struct Keys {
-    /// `schedule`, `ids`, `values`, `attempts`, `leases`, `dead`, `reasons`,
-    /// `seq`, in the order the scripts expect them as `KEYS[1..=8]`.
-    pub(crate) all: [String; 8],
+    /// `schedule`, `entries`, `leases`, `dead`, `seq`, `schedules`, in the
+    /// order the scripts expect them as `KEYS[1..=6]`.
+    pub(crate) all: [String; 6],
     /// The pub/sub channel announcing a new head.
     pub(crate) channel: String,
 }
@@ -28,13 +29,11 @@ impl Keys {
         Keys {
             all: [
                 key("schedule"),
-                key("ids"),
-                key("values"),
-                key("attempts"),
+                key("entries"),
                 key("leases"),
                 key("dead"),
-                key("reasons"),
                 key("seq"),
+                key("schedules"),
             ],
             channel: key("wake"),
         }
@@ -59,10 +58,8 @@ macro_rules! lua {
 pub(crate) struct Scripts {
     pub(crate) insert: Script,
     pub(crate) claim: Script,
-    pub(crate) ack: Script,
-    pub(crate) retry: Script,
+    pub(crate) finish: Script,
     pub(crate) extend: Script,
-    pub(crate) bury: Script,
     pub(crate) remove: Script,
     pub(crate) reset: Script,
     pub(crate) deadline: Script,
@@ -74,18 +71,16 @@ pub(crate) struct Scripts {
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    insert: Script::new(lua!("insert", "now_ms", "schedule")),
-    claim: Script::new(lua!("claim", "now_ms")),
-    ack: Script::new(lua!("ack", "held")),
-    retry: Script::new(lua!("retry", "held", "now_ms", "schedule")),
-    extend: Script::new(lua!("extend", "held", "now_ms")),
-    bury: Script::new(lua!("bury", "held", "now_ms")),
+    insert: Script::new(lua!("insert", "now_ms", "place")),
+    claim: Script::new(lua!("claim", "now_ms", "place", "held", "ticks", "finish")),
+    finish: Script::new(lua!("finish", "now_ms", "place", "held", "ticks", "finish")),
+    extend: Script::new(lua!("extend", "now_ms", "place", "held")),
     remove: Script::new(lua!("remove", "check_all")),
-    reset: Script::new(lua!("reset", "check_all", "now_ms", "schedule")),
+    reset: Script::new(lua!("reset", "check_all", "now_ms", "place")),
     deadline: Script::new(lua!("deadline", "check_all")),
     stats: Script::new(lua!("stats", "check_all", "now_ms")),
     dead_letters: Script::new(lua!("dead_letters", "check_all")),
-    requeue_dead: Script::new(lua!("requeue_dead", "check_all", "now_ms", "schedule")),
+    requeue_dead: Script::new(lua!("requeue_dead", "check_all", "now_ms", "place")),
     purge: Script::new(lua!("purge", "check_all")),
     check: Script::new(lua!("check", "check_all")),
 });

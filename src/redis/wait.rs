@@ -9,8 +9,8 @@
 //! A consumer that starts waiting (one coming back for more, or a follower
 //! taking over from a leader that left) does not ask Redis if the last claim
 //! of the process said nothing is due yet: it waits until then. Only an
-//! insert, reset, retry or requeue can make an entry due earlier, and those
-//! announce themselves, which cuts the leader's nap short.
+//! insert, reset, retry, requeue or shortened lease can make an entry due
+//! earlier, and those announce themselves, which cuts the leader's nap short.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -69,60 +69,92 @@ impl Waiter {
     }
 
     /// Starts the task that turns announcements on `channel` into kicks, once.
-    pub(crate) fn listen(&self, client: &redis::Client, channel: &str, queue: &str) {
-        let mut listener = lock(&self.listener);
-        if listener.is_some() {
+    pub(crate) fn listen(&self, listener: impl FnOnce() -> Listener) {
+        let mut slot = lock(&self.listener);
+        if slot.is_some() {
             return;
         }
         let (stop_tx, stop) = oneshot::channel();
-        *listener = Some(stop_tx);
-        tokio::spawn(listen(
-            client.clone(),
-            channel.to_owned(),
-            queue.to_owned(),
-            Arc::clone(&self.kick),
-            stop,
-        ));
+        *slot = Some(stop_tx);
+        tokio::spawn(listener().run(Arc::clone(&self.kick), stop));
     }
 }
 
-/// Subscribes to `channel` and kicks the leader on each message, until
-/// `stop` closes. Reconnects with capped back-off; a (re)subscription kicks
-/// once, since announcements made while it was down are lost.
-async fn listen(
-    client: redis::Client,
-    channel: String,
-    queue: String,
-    kick: Arc<Notify>,
-    mut stop: oneshot::Receiver<()>,
-) {
-    let mut backoff = Backoff::default();
-    loop {
-        let session = async {
-            let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe(&channel).await?;
-            kick.notify_one();
-            let mut messages = pubsub.on_message();
-            while messages.next().await.is_some() {
+/// What the listener task needs.
+#[derive(Debug)]
+pub(crate) struct Listener {
+    pub(crate) client: redis::Client,
+    pub(crate) channel: String,
+    pub(crate) queue: String,
+    /// The longest wait for a reply (the subscription, a PING).
+    pub(crate) response_timeout: Duration,
+    /// How long the connection may stay silent before a PING checks it.
+    pub(crate) ping_after: Duration,
+}
+
+impl Listener {
+    /// Subscribes to the channel and kicks the leader on each message, until
+    /// `stop` closes. A connection that stays silent is PINGed, and replaced
+    /// when the answer does not come within the response timeout (a
+    /// half-open connection delivers nothing and says nothing). Reconnects
+    /// with capped back-off; a (re)subscription kicks once, since
+    /// announcements made while it was down are lost. A user without the
+    /// right to subscribe gets a warning, and consumers rely on polling.
+    async fn run(self, kick: Arc<Notify>, mut stop: oneshot::Receiver<()>) {
+        let queue = &self.queue;
+        let mut backoff = Backoff::default();
+        loop {
+            let session = async {
+                let pubsub =
+                    tokio::time::timeout(self.response_timeout, self.client.get_async_pubsub())
+                        .await
+                        .map_err(|_| timed_out("a pub/sub connection"))??;
+                let (mut sink, mut messages) = pubsub.split();
+                tokio::time::timeout(self.response_timeout, sink.subscribe(&self.channel))
+                    .await
+                    .map_err(|_| timed_out("the subscription"))??;
+                backoff.reset();
                 kick.notify_one();
-            }
-            Ok::<(), redis::RedisError>(())
-        };
-        tokio::select! {
-            _ = &mut stop => return,
-            result = session => match result {
-                Ok(()) => {
-                    backoff.reset();
-                    tracing::debug!(queue, "redis pub/sub connection closed; reconnecting");
+                loop {
+                    match tokio::time::timeout(self.ping_after, messages.next()).await {
+                        Ok(Some(_)) => kick.notify_one(),
+                        Ok(None) => return Ok::<(), redis::RedisError>(()),
+                        Err(_) => {
+                            let pong = tokio::time::timeout(
+                                self.response_timeout,
+                                sink.ping::<redis::Value>(),
+                            );
+                            pong.await.map_err(|_| timed_out("a PING"))??;
+                        }
+                    }
                 }
-                Err(error) => tracing::warn!(queue, %error, "redis pub/sub failed; reconnecting"),
-            },
-        }
-        tokio::select! {
-            _ = &mut stop => return,
-            _ = tokio::time::sleep(backoff.next()) => {}
+            };
+            tokio::select! {
+                _ = &mut stop => return,
+                result = session => match result {
+                    Ok(()) => tracing::debug!(queue, "redis pub/sub connection closed; reconnecting"),
+                    Err(error) if error.code() == Some("NOPERM") => {
+                        tracing::warn!(queue, %error,
+                            "this user may not subscribe to the queue's channel: \
+                             consumers rely on polling (poll_interval)");
+                        return;
+                    }
+                    Err(error) => tracing::warn!(queue, %error, "redis pub/sub failed; reconnecting"),
+                },
+            }
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = tokio::time::sleep(backoff.next()) => {}
+            }
         }
     }
+}
+
+fn timed_out(what: &str) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no answer to {what} in time"),
+    ))
 }
 
 /// Capped exponential back-off between attempts to reach Redis: 10 ms,

@@ -1,5 +1,5 @@
 -- CHECK: run when a queue is built: fails if a key holds a foreign type.
--- KEYS: the queue's eight keys. ARGV: none. Returns 1.
-local e = check_all()
-if e then return e end
+-- KEYS: the queue's six keys. ARGV: none. Returns 1.
+local err = check_all()
+if err then return err end
 return 1

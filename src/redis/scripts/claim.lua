@@ -1,54 +1,109 @@
--- CLAIM: leases up to `max` due entries, in order, to the caller.
--- KEYS: the queue's eight keys. ARGV: max, lease ms, max attempts (0 = no
--- limit). Returns {now, head score or -1, then per entry: id, member, value,
--- attempt, deadline, lease end}. An entry that would exceed max attempts
--- goes to the dead letters instead. Atomic: no two claims lease one entry.
+-- CLAIM: finishes deliveries (see finish), then leases up to `max` due
+-- entries, in order, to the claim `token`.
+-- KEYS: the queue's six keys. ARGV: max, lease ms, max attempts (0 = no
+-- limit), token, recover (-1, or a lower bound of this claim's lease end
+-- when it is sent again after its reply was lost), channel, number of ops,
+-- then 6 fields per op (kind, id, token, ms, reason, cands).
+-- Returns {now, head score or -1, {op results}, {items}}, an item being
+-- {id, value, attempt, deadline, lease end, schedule record or '', reason
+-- to bury it or ''}. An entry past max attempts goes to the dead letters
+-- instead (a cron tick is handed out with a reason to bury it, since its
+-- successor needs the client's cron instants).
+-- Atomic: no two claims lease one entry. A claim sent again with its token
+-- returns what it leased the first time, if it ran: a lost reply never costs
+-- an attempt of an entry nobody saw.
 local now = now_ms()
-local max, lease, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local max, lease, limit, token = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local recover, channel, n_ops = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
+
+local results, err = finish_all(8, n_ops, now, limit, channel)
+if err then return err end
+
+local function reply(items, head_score)
+  if not head_score then
+    head_score = tonumber(redis.call('ZRANGE', SCHEDULE, 0, 0, 'WITHSCORES')[2]) or -1
+  end
+  return {now, head_score, results, items}
+end
+
+local function item(id, value, e, lease_until, rec, why)
+  return {id, value or false, e.attempt, e.deadline or 0, lease_until, rec or '', why or ''}
+end
+
+if recover >= 0 then
+  -- The leases this token was granted, if the first sending ran.
+  local leased = redis.call('ZRANGEBYSCORE', LEASES, recover, '+inf', 'WITHSCORES')
+  local items = {}
+  for i = 1, #leased, 2 do
+    local id = leased[i]
+    local e = held(id, token)
+    if e then
+      local rec = e.tick and redis.call('HGET', SCHEDULES, id)
+      items[#items + 1] = item(id, redis.call('HGET', ENTRIES, 'v:' .. id), e,
+        tonumber(leased[i + 1]), rec)
+    end
+  end
+  if #items > 0 then
+    table.sort(items, function(a, b) return a[4] < b[4] end)
+    return reply(items)
+  end
+end
+
 -- One more than asked: if it comes, more are due and no head lookup is needed.
 local due = redis.call('ZRANGEBYSCORE', SCHEDULE, '-inf', now, 'WITHSCORES', 'LIMIT', 0, max + 1)
 local n = math.min(#due / 2, max)
+if n == 0 then return reply({}) end
+
 -- Reads first: a key of another type fails here, before any write.
-local ids, attempts, values, burying = {}, {}, {}, false
+local fields = {}
 for i = 1, n do
   local id = string.sub(due[2 * i - 1], 17)
-  ids[i] = id
-  attempts[i] = (tonumber(redis.call('HGET', ATTEMPTS, id)) or 0) + 1
-  if limit > 0 and attempts[i] > limit then
-    burying = true
-  else
-    values[i] = redis.call('HGET', VALUES, id)
-  end
+  fields[2 * i - 1], fields[2 * i] = 'm:' .. id, 'v:' .. id
 end
-local e = ensure(LEASES, 'zset')
-if not e and burying then e = ensure(DEAD, 'zset') or ensure(REASONS, 'hash') end
-if e then return e end
-
-local out = {now, -1}
+local got = redis.call('HMGET', ENTRIES, unpack(fields))
 local lease_until = now + lease
+local items, leases, records, members, burying = {}, {}, {}, {}, {}
 for i = 1, n do
-  local id, member = ids[i], due[2 * i - 1]
-  if values[i] == nil then
-    redis.call('ZREM', SCHEDULE, member)
-    redis.call('ZREM', LEASES, id)
-    redis.call('ZADD', DEAD, now, id)
-    redis.call('HSET', REASONS, id, 'not acked after ' .. limit .. ' deliveries')
+  local member, score = due[2 * i - 1], tonumber(due[2 * i])
+  local id = string.sub(member, 17)
+  local e = parse(got[2 * i - 1]) or {attempt = 0, token = ''}
+  e.member = member
+  local rec = e.tick and redis.call('HGET', SCHEDULES, id)
+  e.attempt = e.attempt + 1
+  e.deadline = e.tick or score
+  if limit > 0 and e.attempt > limit and not (rec and string.sub(rec, 1, 2) == 'c,') then
+    e.attempt = limit
+    burying[#burying + 1] = {id, e, rec}
   else
-    redis.call('HSET', ATTEMPTS, id, attempts[i])
-    redis.call('ZADD', SCHEDULE, lease_until, member)
-    redis.call('ZADD', LEASES, lease_until, id)
-    out[#out + 1] = id
-    out[#out + 1] = member
-    out[#out + 1] = values[i]
-    out[#out + 1] = attempts[i]
-    out[#out + 1] = tonumber(due[2 * i])
-    out[#out + 1] = lease_until
+    local why = nil
+    if limit > 0 and e.attempt > limit then
+      why = 'not acked after ' .. limit .. ' deliveries'
+    end
+    e.token, e.since = token, now
+    leases[#leases + 1] = lease_until
+    leases[#leases + 1] = id
+    records[#records + 1] = 'm:' .. id
+    records[#records + 1] = record(e)
+    members[#members + 1] = lease_until
+    members[#members + 1] = member
+    items[#items + 1] = item(id, got[2 * i], e, lease_until, rec, why)
   end
 end
-if #due > 2 * n then
-  out[2] = tonumber(due[#due])
-else
-  local head = redis.call('ZRANGE', SCHEDULE, 0, 0, 'WITHSCORES')
-  if head[2] then out[2] = tonumber(head[2]) end
+if #burying > 0 then
+  local e = ensure(LEASES, 'zset') or ensure(DEAD, 'zset') or check_seq()
+  if e then return e end
 end
-return out
+if #leases > 0 then
+  -- The first write: it fails alone if LEASES holds another type.
+  redis.call('ZADD', LEASES, unpack(leases))
+  redis.call('HSET', ENTRIES, unpack(records))
+  redis.call('ZADD', SCHEDULE, unpack(members))
+end
+for _, b in ipairs(burying) do
+  local id, e, rec = b[1], b[2], b[3]
+  local next = rec and next_tick(rec, e.tick, nil, now, nil)
+  bury(id, e, 'not acked after ' .. limit .. ' deliveries', now)
+  if next then successor(id, next, channel) end
+end
+if #due > 2 * n and #burying == 0 then return reply(items, tonumber(due[#due])) end
+return reply(items)

@@ -1,15 +1,12 @@
 -- DEAD_LETTERS: lists dead letters, oldest first.
--- KEYS: the queue's eight keys. ARGV: max (> 0).
+-- KEYS: the queue's six keys. ARGV: max (> 0).
 -- Returns {{id, value, attempts, reason}, ...}.
-local e = check_all()
-if e then return e end
+local err = check_all()
+if err then return err end
 local out = {}
 for _, id in ipairs(redis.call('ZRANGE', DEAD, 0, tonumber(ARGV[1]) - 1)) do
-  out[#out + 1] = {
-    id,
-    redis.call('HGET', VALUES, id),
-    tonumber(redis.call('HGET', ATTEMPTS, id)) or 0,
-    redis.call('HGET', REASONS, id) or '',
-  }
+  local got = redis.call('HMGET', ENTRIES, 'v:' .. id, 'm:' .. id, 'r:' .. id)
+  local e = parse(got[2])
+  out[#out + 1] = {id, got[1], e and e.attempt or 0, got[3] or ''}
 end
 return out

@@ -1,27 +1,55 @@
--- INSERT: schedules a new entry.
--- KEYS: the queue's eight keys. ARGV: id ('' to generate one), value (JSON),
--- 'd' (ARGV[4] is a delay) or 'a' (ARGV[4] is a time), ms, channel.
--- Returns {1, id} if inserted, {0, id} if the id was taken (nothing changed).
--- Atomic: the id check and the writes run as one script.
-local id = ARGV[1]
--- A given id is looked up (a read that checks `ids`); a generated one is
--- looked up only after the sequence is taken, so `ids` is checked first.
-local e = ensure(VALUES, 'hash') or ensure(SEQ, 'string') or (id == '' and ensure(IDS, 'hash'))
-if e then return e end
-if id ~= '' and redis.call('HEXISTS', IDS, id) == 1 then return {0, id} end
+-- INSERT: schedules new entries, all in one step.
+-- KEYS: the queue's six keys. ARGV: channel, number of entries, then 4
+-- fields per entry: id ('' to generate one), value (JSON), 'd' (ms is a
+-- delay) or 'a' (ms is a time), ms.
+-- Returns {inserted, id, ...}: 1 and the id, or 0 and the id when an entry
+-- with that id exists (it is left unchanged).
+-- Atomic: the id checks and the writes run as one script; every key is
+-- read before the first write, so a key of another type fails it before.
+local channel, n = ARGV[1], tonumber(ARGV[2])
+local now = now_ms()
 local old_head = head()
-local at = tonumber(ARGV[4])
-if ARGV[3] == 'd' then at = at + now_ms() end
-local member
-if id == '' then
-  repeat
-    local seq = redis.call('INCR', SEQ)
-    id = '#' .. seq
-    member = string.format('%016x', seq) .. id
-  until redis.call('HEXISTS', IDS, id) == 0
-else
-  member = new_member(id)
+local e = check_seq()
+if e then return e end
+local seq = tonumber(redis.call('GET', SEQ) or '0')
+local out, fields, members, taken, earliest = {}, {}, {}, {}, nil
+for i = 0, n - 1 do
+  local o = 3 + 4 * i
+  local id, at = ARGV[o], tonumber(ARGV[o + 3])
+  if ARGV[o + 2] == 'd' then at = at + now end
+  local fresh = true
+  if id == '' then
+    repeat
+      seq = seq + 1
+      id = '#' .. int(seq)
+    until not taken[id] and redis.call('HEXISTS', ENTRIES, 'm:' .. id) == 0
+  elseif taken[id] or redis.call('HEXISTS', ENTRIES, 'm:' .. id) == 1 then
+    fresh = false
+  else
+    seq = seq + 1
+  end
+  out[#out + 1] = fresh and 1 or 0
+  out[#out + 1] = id
+  if fresh then
+    taken[id] = true
+    local member = string.format('%016x', seq) .. id
+    fields[#fields + 1] = 'm:' .. id
+    fields[#fields + 1] = record({attempt = 0, token = '', member = member})
+    fields[#fields + 1] = 'v:' .. id
+    fields[#fields + 1] = ARGV[o + 1]
+    members[#members + 1] = at
+    members[#members + 1] = member
+    if not earliest or at < earliest then earliest = at end
+  end
 end
-redis.call('HSET', VALUES, id, ARGV[2])
-schedule(id, member, at, ARGV[5], old_head)
-return {1, id}
+if #members == 0 then return out end
+redis.call('SET', SEQ, int(seq))
+-- In slices: a Lua call takes a few thousand arguments at most.
+for i = 1, #fields, 4000 do
+  redis.call('HSET', ENTRIES, unpack(fields, i, math.min(i + 3999, #fields)))
+end
+for i = 1, #members, 4000 do
+  redis.call('ZADD', SCHEDULE, unpack(members, i, math.min(i + 3999, #members)))
+end
+announce(channel, earliest, old_head)
+return out

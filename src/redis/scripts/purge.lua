@@ -1,5 +1,6 @@
--- PURGE: deletes every key of the queue, unless one holds a foreign type.
--- KEYS: the queue's eight keys. ARGV: none. Returns the number deleted.
-local e = check_all()
-if e then return e end
+-- PURGE: deletes every key of the queue, schedules included, unless one
+-- holds a foreign type.
+-- KEYS: the queue's six keys. ARGV: none. Returns the number deleted.
+local err = check_all()
+if err then return err end
 return redis.call('DEL', unpack(KEYS))

@@ -1,16 +1,27 @@
--- REMOVE: deletes an entry, pending, leased or dead.
--- KEYS: the queue's eight keys. ARGV: id.
+-- REMOVE: deletes an entry, pending, leased or dead; a schedule's tick takes
+-- its schedule with it. With ARGV[2] = 's', only a schedule's tick (and the
+-- schedule, even if it has no tick now).
+-- KEYS: the queue's six keys. ARGV: id, 'e' or 's'.
 -- Returns 1 if it was there, 0 if not.
-local e = check_all()
-if e then return e end
+local err = check_all()
+if err then return err end
 local id = ARGV[1]
-local member = redis.call('HGET', IDS, id)
-if not member then return 0 end
-redis.call('ZREM', SCHEDULE, member)
-redis.call('ZREM', LEASES, id)
-redis.call('ZREM', DEAD, id)
-redis.call('HDEL', REASONS, id)
-redis.call('HDEL', IDS, id)
-redis.call('HDEL', VALUES, id)
-redis.call('HDEL', ATTEMPTS, id)
+local e = parse(redis.call('HGET', ENTRIES, 'm:' .. id))
+local schedule = redis.call('HEXISTS', SCHEDULES, id) == 1
+if ARGV[2] == 's' then
+  if not schedule then return 0 end
+  if e and not e.tick then e = nil end
+elseif not e then
+  return 0
+end
+if e then
+  if e.member ~= '' then redis.call('ZREM', SCHEDULE, e.member) end
+  redis.call('ZREM', LEASES, id)
+  redis.call('ZREM', DEAD, id)
+  redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
+end
+if schedule and (not e or e.tick) then
+  redis.call('HDEL', SCHEDULES, id)
+  redis.call('HDEL', ENTRIES, 'v:' .. id)
+end
 return 1

@@ -1,9 +1,9 @@
--- Whether the delivery (id, member, attempt) still holds its lease: the entry
--- is leased, and neither delivered again (attempt) nor removed and inserted
--- again, retried, reset or requeued (each of which gives a new member).
--- Reads `ids`, `leases` and `attempts`.
-local function held(id, member, attempt)
-  if redis.call('HGET', IDS, id) ~= member then return false end
-  if not redis.call('ZSCORE', LEASES, id) then return false end
-  return redis.call('HGET', ATTEMPTS, id) == attempt
+-- The record of entry `id` if the claim `token` still holds its lease: the
+-- entry was neither delivered again, nor given back, nor removed since (each
+-- of which changes or clears its token; tokens never repeat, not even after
+-- a purge). Reads ENTRIES.
+local function held(id, token)
+  local e = parse(redis.call('HGET', ENTRIES, 'm:' .. id))
+  if e and token ~= '' and e.token == token then return e end
+  return nil
 end

@@ -1,12 +1,13 @@
--- Every script starts with this: names for the queue's keys (KEYS[1..8], in
--- the order of `Keys` in scripts.rs) and `ensure`.
+-- Every script starts with this: names for the queue's keys (KEYS[1..6], in
+-- the order of `Keys` in scripts.rs), `ensure`, `int` and the entry record.
 --
 -- Redis does not roll a script back when a command in it fails: the writes
 -- before the failure stay. So every script makes sure of the type of each
 -- key it writes before its first write, by a read it needs anyway (a read of
--- a key of another type fails) or by `ensure`.
-local SCHEDULE, IDS, VALUES, ATTEMPTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local LEASES, DEAD, REASONS, SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+-- a key of another type fails), by making that key's write the first one,
+-- or by `ensure`.
+local SCHEDULE, ENTRIES, LEASES, DEAD, SEQ, SCHEDULES =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 
 -- An error reply if `key` holds something other than `want`.
 local function ensure(key, want)
@@ -15,4 +16,37 @@ local function ensure(key, want)
     return redis.error_reply('WRONGTYPE key ' .. key .. ' of this queue holds a '
       .. have .. ', not a ' .. want)
   end
+end
+
+-- An integer in decimal (Lua's own `..` writes 13-digit numbers with an
+-- exponent).
+local function int(n)
+  return string.format('%d', n)
+end
+
+-- An entry's record is the field 'm:' .. id of ENTRIES (its value is the
+-- field 'v:' .. id, the reason it died 'r:' .. id):
+--   attempt,token,since,deadline,tick,member
+-- attempt: deliveries so far; token: the claim that holds its lease ('' when
+-- none: pending or dead); since: when that claim was made; deadline: when
+-- the delivery was due; tick: the instant of a schedule's tick ('' for other
+-- entries); member: its member in SCHEDULE ('' while dead). Times are ms
+-- since the Unix epoch on the server's clock.
+local function parse(record)
+  if not record then return nil end
+  local attempt, token, since, deadline, tick, member =
+    string.match(record, '^(%d+),([^,]*),(%d*),(%d*),(%d*),(.*)$')
+  if not attempt then return nil end
+  return {attempt = tonumber(attempt), token = token, since = tonumber(since),
+    deadline = tonumber(deadline), tick = tonumber(tick), member = member}
+end
+
+local function opt(n)
+  if n then return int(n) end
+  return ''
+end
+
+local function record(e)
+  return int(e.attempt) .. ',' .. e.token .. ',' .. opt(e.since) .. ','
+    .. opt(e.deadline) .. ',' .. opt(e.tick) .. ',' .. e.member
 end

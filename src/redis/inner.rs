@@ -1,0 +1,537 @@
+//! What every handle and delivery of one built queue shares, and the calls
+//! of the scripts that lease and finish entries.
+//!
+//! A claim carries a *token* made here, unique to that claim (64 random
+//! bits of the process and a counter), stored with every lease it grants:
+//! it is what identifies a delivery's lease, so a delivery can only finish
+//! the lease its own claim was granted, even after a purge. When a claim's
+//! reply is lost (a timeout, a dropped connection), the consumer sends the
+//! same claim again with the same token and a `recover` bound, and gets what
+//! the first sending leased, if it ran; a consumer that gives up instead
+//! leaves the token *in doubt*, and the next claim of the handle gives back
+//! whatever that token holds, without counting the attempt. Either way, no
+//! attempt is spent on an entry nobody saw.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::{FromRedisValue, ScriptInvocation, Value};
+use tokio::time::Instant;
+
+use super::conn::Conn;
+use super::error::Error;
+use super::scripts::{Keys, SCRIPTS};
+use super::wait::Waiter;
+use crate::lock::Lock;
+use crate::queue::deadline_after;
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) name: String,
+    pub(crate) conn: Conn,
+    pub(crate) keys: Keys,
+    pub(crate) lease: Duration,
+    pub(crate) max_attempts: u32,
+    pub(crate) poll_interval: Duration,
+    pub(crate) waiter: Waiter,
+    /// The latest server clock reading seen (ms since the epoch): a lower
+    /// bound of the clock of any later claim.
+    server_now: AtomicU64,
+    /// Claims whose reply was lost and that nobody will send again: the next
+    /// claim gives back what they hold.
+    in_doubt: Lock<Vec<Doubt>>,
+}
+
+/// A claim whose reply was lost.
+#[derive(Debug, Clone)]
+pub(crate) struct Doubt {
+    token: Arc<str>,
+    /// A lower bound of the end of the leases it may have been granted.
+    from: i64,
+}
+
+/// How a delivery finishes (see `scripts/lib/finish.lua`).
+#[derive(Debug, Clone)]
+pub(crate) struct Op {
+    kind: &'static str,
+    id: String,
+    token: Arc<str>,
+    ms: u64,
+    reason: String,
+    /// The cron instants of a tick's successor, once the script asked.
+    cands: String,
+}
+
+impl Op {
+    pub(crate) fn ack(lease: &Held) -> Op {
+        Op::new("a", lease, 0, String::new())
+    }
+
+    pub(crate) fn retry(lease: &Held, delay: Duration) -> Op {
+        Op::new("r", lease, millis(delay), String::new())
+    }
+
+    /// A failed attempt: retried after `delay`, or dead with `reason` once
+    /// the attempts reached the queue's `max_attempts`.
+    pub(crate) fn fail(lease: &Held, delay: Duration, reason: String) -> Op {
+        Op::new("f", lease, millis(delay), reason)
+    }
+
+    /// To the dead letters with `reason`; that delivery does not count.
+    pub(crate) fn bury(lease: &Held, reason: String) -> Op {
+        Op::new("b", lease, 0, reason)
+    }
+
+    /// Back in the queue, due at once in its old place; `counted`: whether
+    /// this delivery counts as an attempt.
+    pub(crate) fn give_back(lease: &Held, counted: bool) -> Op {
+        Op::new("g", lease, u64::from(counted), String::new())
+    }
+
+    fn new(kind: &'static str, lease: &Held, ms: u64, reason: String) -> Op {
+        Op {
+            kind,
+            id: lease.id.clone(),
+            token: Arc::clone(&lease.token),
+            ms,
+            reason,
+            cands: String::new(),
+        }
+    }
+
+    /// Gives back everything the claim `doubt` holds, attempts not counted.
+    fn release(doubt: &Doubt) -> Op {
+        Op {
+            kind: "G",
+            id: String::new(),
+            token: Arc::clone(&doubt.token),
+            ms: u64::try_from(doubt.from).unwrap_or(0),
+            reason: String::new(),
+            cands: String::new(),
+        }
+    }
+
+    fn push_args(&self, invocation: &mut ScriptInvocation<'_>) {
+        invocation
+            .arg(self.kind)
+            .arg(&self.id)
+            .arg(&*self.token)
+            .arg(self.ms)
+            .arg(&self.reason)
+            .arg(&self.cands);
+    }
+}
+
+/// What a delivery needs to finish its lease.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    pub(crate) id: String,
+    pub(crate) token: Arc<str>,
+    /// A tick's schedule record.
+    pub(crate) tick: Option<Arc<str>>,
+}
+
+/// One entry of a claim.
+#[derive(Debug)]
+pub(crate) struct Claimed {
+    pub(crate) held: Held,
+    /// The stored value; bytes, since a writer in another language may have
+    /// stored anything.
+    pub(crate) json: Option<Vec<u8>>,
+    pub(crate) attempt: u32,
+    pub(crate) deadline: SystemTime,
+    pub(crate) lease_until: SystemTime,
+    /// Set when the entry must go to the dead letters instead (a cron tick
+    /// past its attempts: its successor needs this process's cron instants).
+    pub(crate) bury: Option<String>,
+}
+
+/// The answer of a claim.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    /// The server's clock, in ms since the epoch.
+    pub(crate) now: i64,
+    /// The score of the schedule's head after the claim.
+    pub(crate) head: Option<i64>,
+    /// Whether each op sent with the claim applied (`false`: the lease was
+    /// lost, or the op was already applied by a sending whose reply was lost).
+    pub(crate) done: Vec<bool>,
+    pub(crate) items: Vec<Claimed>,
+}
+
+/// A claim on its way: sent again with the same token after a lost reply.
+#[derive(Debug)]
+pub(crate) struct Attempt {
+    token: Arc<str>,
+    /// Set once a sending's reply was lost: the lower bound of the leases'
+    /// end to recover from.
+    recover: Option<i64>,
+}
+
+impl Attempt {
+    pub(crate) fn new() -> Attempt {
+        Attempt {
+            token: new_token(),
+            recover: None,
+        }
+    }
+
+    /// Whether a sending of this claim may have run without its reply.
+    pub(crate) fn in_doubt(&self) -> bool {
+        self.recover.is_some()
+    }
+}
+
+impl Inner {
+    pub(crate) fn new(
+        name: String,
+        conn: Conn,
+        lease: Duration,
+        max_attempts: u32,
+        poll_interval: Duration,
+    ) -> Inner {
+        Inner {
+            keys: Keys::new(&name),
+            name,
+            conn,
+            lease,
+            max_attempts,
+            poll_interval,
+            waiter: Waiter::default(),
+            server_now: AtomicU64::new(0),
+            in_doubt: Lock::new(Vec::new()),
+        }
+    }
+
+    /// An invocation of `script` with the queue's keys.
+    pub(crate) fn script(&self, script: &'static redis::Script) -> ScriptInvocation<'static> {
+        let mut invocation = script.prepare_invoke();
+        for key in &self.keys.all {
+            invocation.key(key);
+        }
+        invocation
+    }
+
+    pub(crate) async fn run<R: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<R, Error> {
+        self.conn.run(invocation).await
+    }
+
+    fn saw_clock(&self, now: i64) {
+        self.server_now
+            .fetch_max(u64::try_from(now).unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// When, on this process's clock, the schedule's head is due according
+    /// to `claim` (the head may be a lease running out); a poll interval on
+    /// if the queue is empty. Recorded for the waiter.
+    pub(crate) fn next_due(&self, claim: &Claim) -> Instant {
+        let wait = claim.head.map_or(self.poll_interval, |head| {
+            Duration::from_millis(u64::try_from(head - claim.now).unwrap_or(0))
+        });
+        let next_due = deadline_after(Instant::now(), wait);
+        self.waiter.set_next_due(next_due);
+        next_due
+    }
+
+    /// Fails if a key of the queue holds a foreign type.
+    pub(crate) async fn check(&self) -> Result<(), Error> {
+        let _: i64 = self.run(&self.script(&SCRIPTS.check)).await?;
+        Ok(())
+    }
+
+    /// Leaves `attempt` for the next claim of this handle to give back.
+    pub(crate) fn abandon(&self, attempt: &Attempt) {
+        if let Some(from) = attempt.recover {
+            self.in_doubt.lock().push(Doubt {
+                token: Arc::clone(&attempt.token),
+                from,
+            });
+        }
+    }
+
+    /// Sends `attempt` (again, after a lost reply): applies `ops`, then
+    /// leases up to `max` due entries. On an error after which the claim may
+    /// have run, `attempt` is marked for recovery: send it again, or
+    /// [`abandon`](Self::abandon) it.
+    pub(crate) async fn claim(
+        &self,
+        attempt: &mut Attempt,
+        max: usize,
+        ops: &[Op],
+    ) -> Result<Claim, Error> {
+        let doubts = std::mem::take(&mut *self.in_doubt.lock());
+        let mut invocation = self.script(&SCRIPTS.claim);
+        invocation
+            .arg(max)
+            .arg(millis(self.lease).max(1))
+            .arg(self.max_attempts)
+            .arg(&*attempt.token)
+            .arg(attempt.recover.unwrap_or(-1))
+            .arg(&self.keys.channel)
+            .arg(doubts.len() + ops.len());
+        for op in doubts.iter().map(Op::release).chain(ops.iter().cloned()) {
+            op.push_args(&mut invocation);
+        }
+        let sent_from = self.recover_bound();
+        let reply: Value = match self.run(&invocation).await {
+            Ok(reply) => reply,
+            Err(error) => {
+                if error.is_in_doubt() {
+                    attempt.recover.get_or_insert(sent_from);
+                }
+                // Releases are idempotent: they go with the next claim.
+                self.in_doubt.lock().extend(doubts);
+                return Err(error);
+            }
+        };
+        attempt.recover = None;
+        let mut fields = Fields::new(reply, "claim")?;
+        let now: i64 = fields.next()?;
+        let head: i64 = fields.next()?;
+        self.saw_clock(now);
+        let mut results = op_results(fields.next_value()?)?.split_off(doubts.len());
+        let items = parse_items(fields.next_value()?, &attempt.token)?;
+        let done = self.settle(ops, &mut results).await?;
+        Ok(Claim {
+            now,
+            head: (head >= 0).then_some(head),
+            done,
+            items,
+        })
+    }
+
+    /// Whether each op applied, after sending again (with their cron
+    /// instants) those whose tick's successor needed them.
+    async fn settle(&self, ops: &[Op], results: &mut [OpResult]) -> Result<Vec<bool>, Error> {
+        for _ in 0..3 {
+            let mut again = Vec::new();
+            let mut at = Vec::new();
+            for (i, result) in results.iter().enumerate() {
+                if let OpResult::NeedsCron { from, rec } = result {
+                    let mut op = ops[i].clone();
+                    op.cands = cron_instants(rec, *from)?;
+                    again.push(op);
+                    at.push(i);
+                }
+            }
+            if again.is_empty() {
+                break;
+            }
+            let answers = self.finish_once(&again).await?;
+            for (i, answer) in at.into_iter().zip(answers) {
+                results[i] = answer;
+            }
+        }
+        results
+            .iter()
+            .map(|result| match result {
+                OpResult::Applied(applied) => Ok(*applied),
+                OpResult::NeedsCron { rec, .. } => Err(Error::Unsupported(format!(
+                    "the cron instants of schedule record `{rec}` do not settle"
+                ))),
+            })
+            .collect()
+    }
+
+    /// Applies `ops` without claiming; whether each applied.
+    pub(crate) async fn finish(&self, ops: &[Op]) -> Result<Vec<bool>, Error> {
+        let mut results = self.finish_once(ops).await?;
+        self.settle(ops, &mut results).await
+    }
+
+    async fn finish_once(&self, ops: &[Op]) -> Result<Vec<OpResult>, Error> {
+        let mut invocation = self.script(&SCRIPTS.finish);
+        invocation
+            .arg(self.max_attempts)
+            .arg(&self.keys.channel)
+            .arg(ops.len());
+        for op in ops {
+            op.push_args(&mut invocation);
+        }
+        let reply: Value = self.run(&invocation).await?;
+        let mut fields = Fields::new(reply, "finish")?;
+        let now: i64 = fields.next()?;
+        self.saw_clock(now);
+        op_results(fields.next_value()?)
+    }
+
+    /// A lower bound of the end of any lease a claim sent now is granted.
+    fn recover_bound(&self) -> i64 {
+        let seen = i64::try_from(self.server_now.load(Ordering::Relaxed)).unwrap_or(0);
+        if seen == 0 {
+            return 0;
+        }
+        // A second of slack for a server clock stepping back.
+        (seen + i64::try_from(millis(self.lease)).unwrap_or(0) - 1000).max(0)
+    }
+
+    /// Pushes the leases of `held` to now + `lease`; the new end of each, or
+    /// `None` where it was lost.
+    pub(crate) async fn extend(
+        &self,
+        held: &[&Held],
+        lease: Duration,
+    ) -> Result<Vec<Option<SystemTime>>, Error> {
+        let mut invocation = self.script(&SCRIPTS.extend);
+        invocation.arg(millis(lease)).arg(&self.keys.channel);
+        for lease in held {
+            invocation.arg(&lease.id).arg(&*lease.token);
+        }
+        let ends: Vec<i64> = self.run(&invocation).await?;
+        Ok(ends
+            .into_iter()
+            .map(|end| (end > 0).then(|| system_time(end)))
+            .collect())
+    }
+}
+
+/// What became of one op.
+#[derive(Debug)]
+enum OpResult {
+    /// Applied (`true`), or not because the lease was lost (or the op was
+    /// applied already, by a sending whose reply was lost).
+    Applied(bool),
+    /// Not applied: the successor of the tick needs the cron instants of
+    /// schedule record `rec` after `from`.
+    NeedsCron { from: i64, rec: String },
+}
+
+fn op_results(value: Value) -> Result<Vec<OpResult>, Error> {
+    let results: Vec<Value> = parse(value)?;
+    results
+        .into_iter()
+        .map(|result| match result {
+            Value::Int(applied) => Ok(OpResult::Applied(applied == 1)),
+            other => {
+                let (_, from, rec): (i64, i64, String) = parse(other)?;
+                Ok(OpResult::NeedsCron { from, rec })
+            }
+        })
+        .collect()
+}
+
+fn parse_items(items: Value, token: &Arc<str>) -> Result<Vec<Claimed>, Error> {
+    let items: Vec<Value> = parse(items)?;
+    items
+        .into_iter()
+        .map(|item| {
+            let (id, json, attempt, deadline, lease_until, rec, bury): (
+                String,
+                Option<Vec<u8>>,
+                u32,
+                i64,
+                i64,
+                String,
+                String,
+            ) = parse(item)?;
+            Ok(Claimed {
+                held: Held {
+                    id,
+                    token: Arc::clone(token),
+                    tick: (!rec.is_empty()).then(|| Arc::from(rec)),
+                },
+                json,
+                attempt,
+                deadline: system_time(deadline),
+                lease_until: system_time(lease_until),
+                bury: (!bury.is_empty()).then_some(bury),
+            })
+        })
+        .collect()
+}
+
+/// The fields of a script's reply, one by one.
+struct Fields {
+    fields: std::vec::IntoIter<Value>,
+    script: &'static str,
+}
+
+impl Fields {
+    fn new(reply: Value, script: &'static str) -> Result<Fields, Error> {
+        let fields: Vec<Value> = parse(reply)?;
+        Ok(Fields {
+            fields: fields.into_iter(),
+            script,
+        })
+    }
+
+    fn next_value(&mut self) -> Result<Value, Error> {
+        self.fields.next().ok_or_else(|| {
+            Error::Redis(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "short reply from a script",
+                self.script.to_owned(),
+            )))
+        })
+    }
+
+    fn next<R: FromRedisValue>(&mut self) -> Result<R, Error> {
+        parse(self.next_value()?)
+    }
+}
+
+/// The cron instants a tick of schedule record `rec` (`c,<expression>`)
+/// needs after `from`, in the format of `scripts/lib/ticks.lua`.
+#[cfg_attr(not(feature = "cron"), allow(unused_variables))]
+fn cron_instants(rec: &str, from: i64) -> Result<String, Error> {
+    #[cfg(feature = "cron")]
+    if let Some(expr) = rec.strip_prefix("c,") {
+        let expr = crate::cron::CronExpr::parse(expr).map_err(Error::InvalidSchedule)?;
+        let mut out = format!("{rec}\n{from}");
+        let mut at = from;
+        for _ in 0..CRON_INSTANTS {
+            match expr.next_after_ms(at) {
+                Some(next) => {
+                    out.push_str(&format!(",{next}"));
+                    at = next;
+                }
+                None => {
+                    out.push_str(",x");
+                    break;
+                }
+            }
+        }
+        return Ok(out);
+    }
+    Err(Error::Unsupported(format!(
+        "schedule record `{rec}` needs the cargo feature `cron` in this process"
+    )))
+}
+
+/// How many cron instants a finish sends for a tick's successor: the next
+/// one after an on-time run, a few to spare.
+#[cfg(feature = "cron")]
+const CRON_INSTANTS: usize = 4;
+
+/// A token no other claim ever had: 64 random bits of this process (the
+/// standard library's hasher keys come from the operating system) and a
+/// counter.
+fn new_token() -> Arc<str> {
+    static PROCESS: LazyLock<u64> = LazyLock::new(|| RandomState::new().build_hasher().finish());
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    Arc::from(format!("{:016x}{n:x}", *PROCESS))
+}
+
+/// The most a millisecond count can be (about 142,000 years): every score
+/// stays an exact integer in a Lua double.
+const MAX_MS: u64 = 1 << 52;
+
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).min(MAX_MS)
+}
+
+pub(crate) fn system_time(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+pub(crate) fn parse<R: FromRedisValue>(value: Value) -> Result<R, Error> {
+    Ok(redis::from_redis_value(value).map_err(redis::RedisError::from)?)
+}

@@ -1,0 +1,81 @@
+-- Finishes the delivery (id, token). `kind`: 'a' ack; 'r' retry, due `ms`
+-- from now, attempts kept; 'f' fail: a retry as 'r', or to the dead letters
+-- with `reason` once the attempt reached `limit` (0: never); 'b' bury: to
+-- the dead letters with `reason`, that delivery not counted; 'g' give back,
+-- due at once in its old place (`ms` 1: the attempt counts, 0: it does not);
+-- 'G' gives back every delivery of the claim `token` (see below).
+-- A tick that leaves the schedule (ack, dead) gets its successor; `cands`
+-- are the cron instants for it (see next_tick).
+-- Returns 1 if applied, 0 if the lease was lost (nothing changed), or
+-- {-1, from, rec} if the successor needs cron instants after `from`
+-- (nothing changed). The caller checked every key's type.
+local function finish(kind, id, token, ms, reason, cands, now, limit, channel)
+  if kind == 'G' then
+    -- Gives back whatever the claim `token` holds (its reply was lost), with
+    -- no attempt counted; `ms` bounds the end of its leases from below.
+    for _, leased in ipairs(redis.call('ZRANGEBYSCORE', LEASES, ms, '+inf')) do
+      finish('g', leased, token, 0, '', '', now, limit, channel)
+    end
+    return 1
+  end
+  local e = held(id, token)
+  if not e then return 0 end
+  if kind == 'f' then
+    if limit > 0 and e.attempt >= limit then kind = 'd' else kind = 'r' end
+  elseif kind == 'b' then
+    e.attempt, kind = math.max(e.attempt - 1, 0), 'd'
+  end
+  if kind == 'r' then
+    redis.call('ZREM', LEASES, id)
+    place(id, e, now + ms, channel)
+    return 1
+  end
+  if kind == 'g' then
+    if ms == 0 then e.attempt = math.max(e.attempt - 1, 0) end
+    local at = math.min(e.deadline or now, now)
+    local old_head = head()
+    redis.call('ZREM', LEASES, id)
+    e.token, e.since = '', nil
+    redis.call('HSET', ENTRIES, 'm:' .. id, record(e))
+    redis.call('ZADD', SCHEDULE, at, e.member)
+    announce(channel, at, old_head)
+    return 1
+  end
+  -- 'a' or 'd': the entry leaves the schedule.
+  local next, from = nil, nil
+  local rec = e.tick and redis.call('HGET', SCHEDULES, id)
+  if rec then
+    next, from = next_tick(rec, e.tick, e.since, now, cands)
+    if next == nil then return {-1, from, rec} end
+  end
+  if kind == 'd' then
+    bury(id, e, reason, now)
+  else
+    redis.call('ZREM', SCHEDULE, e.member)
+    redis.call('ZREM', LEASES, id)
+    if rec then
+      redis.call('HDEL', ENTRIES, 'm:' .. id)
+    else
+      redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id)
+    end
+  end
+  if next then successor(id, next, channel) end
+  return 1
+end
+
+-- Applies the ops in ARGV from `at` on (6 fields each: kind, id, token, ms,
+-- reason, cands), after checking the type of every key they may write.
+-- Returns their results, or an error reply before any write.
+local function finish_all(at, n, now, limit, channel)
+  if n == 0 then return {} end
+  local e = ensure(SCHEDULE, 'zset') or ensure(LEASES, 'zset') or ensure(DEAD, 'zset')
+    or check_seq() or ensure(SCHEDULES, 'hash')
+  if e then return nil, e end
+  local results = {}
+  for i = 0, n - 1 do
+    local o = at + 6 * i
+    results[i + 1] = finish(ARGV[o], ARGV[o + 1], ARGV[o + 2], tonumber(ARGV[o + 3]),
+      ARGV[o + 4], ARGV[o + 5], now, limit, channel)
+  end
+  return results
+end

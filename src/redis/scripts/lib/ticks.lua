@@ -1,0 +1,69 @@
+-- Schedules live in SCHEDULES, name -> 'e,<period ms>,<policy>' (every) or
+-- 'c,<expression>' (cron). A schedule's one live tick is the entry whose id
+-- is the name and whose record has a tick instant.
+--
+-- The instant of the tick after the one at `instant`, run from `since` (its
+-- claim), by the server's clock `now`. Cron instants come from the client,
+-- which parses the expression (the server's clock still decides which one
+-- is next): `cands` is '<rec>\n<from>,<c1>,<c2>,...[,x]', the first instants
+-- of the expression strictly after `from`, ending in 'x' when there are no
+-- more. Returns the instant; or false when the expression has none left; or
+-- nil and the instant to compute from when `cands` does not cover it.
+local function next_tick(rec, instant, since, now, cands)
+  if string.sub(rec, 1, 2) == 'e,' then
+    local period, policy = string.match(rec, '^e,(%d+),(%a+)$')
+    period = tonumber(period)
+    local next = instant + period
+    if next > now or policy == 'burst' then return next end
+    if policy == 'skip' then
+      return instant + (math.floor((now - instant) / period) + 1) * period
+    end
+    return (since or now) + period -- delay: the grid moves to the late run
+  end
+  local ref = math.max(now, instant)
+  local nl = cands and string.find(cands, '\n', 1, true)
+  if not nl or string.sub(cands, 1, nl - 1) ~= rec then return nil, ref end
+  local list = string.sub(cands, nl + 1)
+  local from = tonumber(string.match(list, '^(%d+)'))
+  if not from or from > ref then return nil, ref end
+  local first = true
+  for n in string.gmatch(list, '(%d+)') do
+    if not first and tonumber(n) > ref then return tonumber(n) end
+    first = false
+  end
+  if string.sub(list, -1) == 'x' then return false end
+  return nil, ref
+end
+
+-- Inserts the tick of schedule `name` due at `at`, a fresh entry (attempt
+-- 0) that keeps the value stored under the name.
+local function successor(name, at, channel)
+  local old_head = head()
+  local member = new_member(name)
+  redis.call('HSET', ENTRIES, 'm:' .. name,
+    record({attempt = 0, token = '', tick = at, member = member}))
+  redis.call('ZADD', SCHEDULE, at, member)
+  announce(channel, at, old_head)
+end
+
+-- Moves entry `id` (record `e`) to the dead letters with `reason`. A tick is
+-- kept under '<name>@<instant>' (its name stays free for its successor).
+local function bury(id, e, reason, now)
+  if e.member ~= '' then redis.call('ZREM', SCHEDULE, e.member) end
+  redis.call('ZREM', LEASES, id)
+  local dead = id
+  if e.tick then
+    dead = id .. '@' .. int(e.tick)
+    local n = 1
+    while redis.call('HEXISTS', ENTRIES, 'm:' .. dead) == 1 do
+      n = n + 1
+      dead = id .. '@' .. int(e.tick) .. '.' .. n
+    end
+    local value = redis.call('HGET', ENTRIES, 'v:' .. id)
+    if value then redis.call('HSET', ENTRIES, 'v:' .. dead, value) end
+    redis.call('HDEL', ENTRIES, 'm:' .. id)
+  end
+  e.token, e.since, e.tick, e.member = '', nil, nil, ''
+  redis.call('HSET', ENTRIES, 'm:' .. dead, record(e), 'r:' .. dead, reason)
+  redis.call('ZADD', DEAD, now, dead)
+end
