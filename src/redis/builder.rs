@@ -111,8 +111,8 @@ impl<T> RedisQueueBuilder<T> {
 
     /// The longest a waiting consumer goes without asking Redis, which bounds
     /// how late a delivery is when a notification is lost; default 1 s. An
-    /// idle queue costs one request per interval per process. Zero is taken
-    /// as 1 ms.
+    /// idle queue costs one request per interval per built handle (clones
+    /// share it). Zero is taken as 1 ms.
     pub fn poll_interval(mut self, every: Duration) -> Self {
         self.poll_interval = every.max(Duration::from_millis(1));
         self

@@ -110,7 +110,7 @@ impl Conn {
     pub(crate) async fn query<R: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<R, Error> {
         let (number, mut conn) = self.get().await?;
         let reply = tokio::time::timeout(self.response_timeout, async {
-            let value = conn.req_packed_command(cmd).await?;
+            let value = conn.req_packed_command(cmd).await?.extract_error()?;
             redis::from_redis_value(value).map_err(RedisError::from)
         });
         self.settle(number, reply.await)

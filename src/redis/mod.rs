@@ -33,13 +33,14 @@
 //! score in the same sorted set, so an entry is never "in flight" between
 //! two keys and a consumer that dies loses nothing.
 //!
-//! Waiting consumers of one process share one waiter: the leader sleeps until
-//! the head's deadline as the server reported it, or until a pub/sub message
-//! announces an earlier head (inserts, resets, retries and requeues that
-//! become the head publish one), and asks again at least every
-//! `poll_interval`, so a lost message delays a delivery by at most that.
-//! Others wait without timers. An idle queue costs one request per
-//! `poll_interval` per process.
+//! Waiting consumers of one built handle (and its clones) share one waiter:
+//! the leader sleeps until the head's deadline as the server reported it, or
+//! until a pub/sub message announces an earlier head (inserts, resets,
+//! retries, requeues and shortened leases that make a new head publish one),
+//! and asks again at least every `poll_interval`, so a lost message delays a
+//! delivery by at most that. Others wait without timers. An idle queue costs
+//! one request per `poll_interval` per built handle, and a `PING` on the
+//! pub/sub connection when it has been silent for ten poll intervals.
 //!
 //! # Key layout and entry format
 //!
@@ -52,24 +53,56 @@
 //! | key | type | contents |
 //! |---|---|---|
 //! | `punctual:{name}:schedule` | sorted set | member `<seq><id>`, score: due time, or end of the lease while leased (ms since the Unix epoch, server clock) |
-//! | `punctual:{name}:ids` | hash | id → its member in `schedule` |
-//! | `punctual:{name}:values` | hash | id → the value as JSON (serde_json) |
-//! | `punctual:{name}:attempts` | hash | id → deliveries so far |
+//! | `punctual:{name}:entries` | hash | `m:<id>` → the entry's record; `v:<id>` → its value as JSON (serde_json); `r:<id>` → why a dead letter died |
 //! | `punctual:{name}:leases` | sorted set | id → end of its lease, for leased entries |
 //! | `punctual:{name}:dead` | sorted set | id → when it died, for dead letters |
-//! | `punctual:{name}:reasons` | hash | id → why it died |
 //! | `punctual:{name}:seq` | string | the sequence counter |
+//! | `punctual:{name}:schedules` | hash | name → a recurring schedule's spec |
+//!
+//! An entry's record is `attempt,token,since,deadline,tick,member`: the
+//! deliveries so far; the token of the claim that holds its lease and when
+//! that claim was made (empty while pending or dead); when the current
+//! delivery was due; the instant of a schedule's tick (empty for other
+//! entries); its member in `schedule` (empty while dead).
 //!
 //! `<seq>` is 16 lowercase hex digits of a counter taken from `seq` at insert
 //! (and at reset, retry and requeue), so members with equal scores sort in
 //! insertion order: equal deadlines come out FIFO. Generated ids are `#`
 //! followed by that counter in decimal. A claim takes members with score ≤
-//! now in order, sets the score and `leases` to now + lease and increments
-//! `attempts`; ack deletes the id from every key. A delivery is identified by
-//! its member and attempt: its lease is held while `leases` has the id, `ids`
-//! still maps the id to that member (insert, retry, reset and requeue give a
-//! new one) and `attempts` is still that attempt. The channel
-//! `punctual:{name}:wake` carries the new head's due time.
+//! now in order, sets the score and `leases` to now + lease, increments the
+//! attempt and stores the claim's *token*: a string the consumer made, never
+//! the same twice (not even after a purge). A delivery holds its lease while
+//! the record still carries its token; ack deletes the entry, retry gives it
+//! a new member and clears the token. The channel `punctual:{name}:wake`
+//! carries the new head's due time.
+//!
+//! # Failures
+//!
+//! Every call waits for its reply up to
+//! [`response_timeout`](RedisQueueBuilder::response_timeout) (default 10 s:
+//! a server paused for a failover answers late, not never). A call that
+//! gets no reply, or whose connection breaks, returns `Err`, and its
+//! connection is replaced by a new one (with TCP keepalive on and capped
+//! back-off between attempts; a login refused once is tried again on the
+//! next call, so a password rolled out late heals by itself). The request
+//! may still have run: an `Err` from a producer call does not say the write
+//! did not happen, so retry with
+//! [`insert_with_id`](RedisQueue::insert_with_id) where a duplicate matters.
+//! Consumers handle it for you: a claim whose reply was lost is sent again
+//! with the same token and returns what it leased the first time; a
+//! consumer that gives up instead (a `take_timeout` that ran out, a dropped
+//! future, `try_take` returning the error) leaves the token to the handle's
+//! next claim, which gives back what it holds without counting an attempt.
+//!
+//! Announcements are best effort: a user whose ACL forbids the queue's
+//! channel (Redis 7 gives new users no channels) still inserts, retries and
+//! resets (the scripts' `PUBLISH` runs under `pcall`); `build()` warns
+//! through `tracing`, and waiting consumers find new entries by polling.
+//!
+//! Under `maxmemory` with the `noeviction` policy, a full server refuses a
+//! script's first write (`OOM`): inserts return `Err` and consumers cannot
+//! claim (they keep waiting and retrying) until memory is freed; a script
+//! either writes whole or not at all, so nothing is half written.
 //!
 //! # Durability
 //!

@@ -472,11 +472,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         self.inner.run(&invocation).await
     }
 
-    /// Deletes every key of this queue: entries, leases and dead letters.
+    /// Deletes every key of this queue: entries, leases, dead letters and
+    /// schedules.
     ///
-    /// The sequence restarts too, so an entry inserted after a purge may get
-    /// the schedule member of one from before it: do not ack, retry or
-    /// extend deliveries taken before a purge.
+    /// The id sequence restarts too, so an entry inserted after a purge may
+    /// get the id of one from before it; a delivery taken before the purge
+    /// still cannot touch it (its lease belongs to its own claim's token,
+    /// and tokens never repeat): its `ack`, `retry` and `extend` return
+    /// `Ok(false)`.
     ///
     /// # Errors
     ///
