@@ -5,7 +5,7 @@
 //! then asks Redis again; followers wait untimed on `followers` and are woken
 //! one at a time: when the leader leaves (with an entry, or dropped) and when
 //! a claim saw more entries due than it took. So an idle queue costs one
-//! request per `poll_interval` per process however many consumers wait.
+//! request per `poll_interval` per built handle however many consumers wait.
 //! A consumer that starts waiting (one coming back for more, or a follower
 //! taking over from a leader that left) does not ask Redis if the last claim
 //! of the process said nothing is due yet: it waits until then. Only an
