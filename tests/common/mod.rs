@@ -34,6 +34,7 @@ impl Drop for Bomb {
 }
 
 pub mod ledger;
+pub mod proxy;
 #[cfg(feature = "redis")]
 pub mod redis_queue;
 pub mod redis_server;

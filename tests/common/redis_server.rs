@@ -345,8 +345,28 @@ fn debug_command_option() -> bool {
     })
 }
 
-/// A connection to `127.0.0.1:<port>` with read and write timeouts.
-fn connect(port: u16, timeout: Duration) -> io::Result<TcpStream> {
+/// Sends one command on `stream` (to a server, or through a proxy) and
+/// reads its reply; see [`receive`] for the one-at-a-time rule.
+pub fn command_on(stream: &TcpStream, args: &[&str]) -> io::Result<Reply> {
+    send(stream, args)?;
+    receive(stream)
+}
+
+/// Writes one command on `stream`, without reading its reply.
+pub fn send(stream: &TcpStream, args: &[&str]) -> io::Result<()> {
+    let mut stream = stream;
+    stream.write_all(&encode(args))
+}
+
+/// Reads one reply from `stream`. Bytes that arrive past it in the same read
+/// are lost, so use it with one command in flight at a time.
+pub fn receive(stream: &TcpStream) -> io::Result<Reply> {
+    read_reply(&mut BufReader::new(stream))
+}
+
+/// A connection to `127.0.0.1:<port>` with read and write timeouts, and
+/// `TCP_NODELAY`.
+pub fn connect(port: u16, timeout: Duration) -> io::Result<TcpStream> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
