@@ -18,7 +18,7 @@
 //! [`Builder::max_pending`]); fixed-rate jobs choose what happens after
 //! missed runs ([`MissedTicks`]); and with the cargo feature `cron`,
 //! `Scheduler::schedule_cron` runs jobs at the instants of a cron
-//! expression.
+//! expression, in UTC or in the time zone of a `CRON_TZ=` prefix.
 //!
 //! All times are [`tokio::time::Instant`] and [`std::time::Duration`], so
 //! tests can drive everything with paused time.
@@ -57,6 +57,8 @@
     rust_2018_idioms
 )]
 
+#[cfg(feature = "cron")]
+mod cron;
 mod lock;
 mod queue;
 #[cfg(feature = "redis")]

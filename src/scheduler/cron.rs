@@ -1,10 +1,11 @@
-//! Cron schedules (cargo feature `cron`): parsing, and the wall-clock
-//! reading rule that turns cron instants into Tokio deadlines.
+//! Cron schedules (cargo feature `cron`): the wall-clock reading rule that
+//! turns cron instants into Tokio deadlines. Expressions and their zones are
+//! [`crate::cron`]'s business.
 //!
 //! A cron job is a periodic job whose [`Cadence`](super::ticks::Cadence)
-//! is a [`CronCadence`]. Cron instants are wall-clock (UTC) instants, while
-//! the queue runs on the Tokio clock, so after each run the cadence reads
-//! the wall clock as
+//! is a [`CronCadence`]. Cron instants are wall-clock instants (UTC, whatever
+//! the expression's zone), while the queue runs on the Tokio clock, so after
+//! each run the cadence reads the wall clock as
 //!
 //! ```text
 //! reading = max(system clock, previous instant + Tokio time elapsed since it was due)
@@ -18,11 +19,9 @@
 //! jumps ahead wins the `max` and is followed.
 
 use super::ScheduleError;
+use crate::cron::CronExpr;
 use crate::queue::deadline_after;
 use chrono::{DateTime, TimeDelta, Utc};
-use croner::Cron;
-use croner::errors::CronError;
-use croner::parser::{CronParser, Seconds, Year};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
@@ -43,7 +42,7 @@ fn system_clock() -> DateTime<Utc> {
 /// A cron job's schedule: its expression and the instant of the run that is
 /// queued or running.
 pub(crate) struct CronCadence {
-    cron: Cron,
+    cron: CronExpr,
     clock: Clock,
     instant: DateTime<Utc>,
 }
@@ -61,9 +60,9 @@ impl CronCadence {
         now: Instant,
         clock: Clock,
     ) -> Result<(Self, Instant), ScheduleError> {
-        let cron = parse(expr)?;
+        let cron = CronExpr::parse(expr).map_err(ScheduleError::InvalidCron)?;
         let reading = clock();
-        let Some(instant) = first_after(&cron, &reading) else {
+        let Some(instant) = cron.next_after(reading) else {
             return Err(ScheduleError::InvalidCron(format!(
                 "`{expr}` names no instant from now on (a date such as February 30th?)"
             )));
@@ -87,7 +86,7 @@ impl CronCadence {
             .checked_add_signed(elapsed)
             .unwrap_or(DateTime::<Utc>::MAX_UTC);
         let reading = (self.clock)().max(followed);
-        match first_after(&self.cron, &reading) {
+        match self.cron.next_after(reading) {
             Some(next) => {
                 self.instant = next;
                 deadline_after(ended, wait(&reading, &next))
@@ -97,83 +96,8 @@ impl CronCadence {
     }
 }
 
-/// The first instant of `cron` strictly after `reading`, if any.
-fn first_after(cron: &Cron, reading: &DateTime<Utc>) -> Option<DateTime<Utc>> {
-    cron.find_next_occurrence(reading, false).ok()
-}
-
 fn wait(from: &DateTime<Utc>, to: &DateTime<Utc>) -> Duration {
     (*to - *from).to_std().unwrap_or(Duration::ZERO)
-}
-
-/// 5 fields, or 6 with seconds first; `@hourly`, `@daily` and the like;
-/// day of month and day of week match when either does (as Vixie cron).
-fn parser() -> CronParser {
-    CronParser::builder()
-        .seconds(Seconds::Optional)
-        .year(Year::Disallowed)
-        .build()
-}
-
-fn parse(expr: &str) -> Result<Cron, ScheduleError> {
-    let parser = parser();
-    parser
-        .parse(expr)
-        .map_err(|error| ScheduleError::InvalidCron(explain(&parser, expr, &error)))
-}
-
-const FIVE: [&str; 5] = ["minute", "hour", "day of month", "month", "day of week"];
-const SIX: [&str; 6] = [
-    "second",
-    "minute",
-    "hour",
-    "day of month",
-    "month",
-    "day of week",
-];
-
-/// Why `expr` is refused, naming the field at fault when there is one.
-fn explain(parser: &CronParser, expr: &str, error: &CronError) -> String {
-    let fields: Vec<&str> = expr.split_whitespace().collect();
-    let names: &[&str] = match fields.len() {
-        5 => &FIVE,
-        6 => &SIX,
-        _ => {
-            return format!(
-                "`{expr}`: expected 5 fields (minute hour day-of-month month day-of-week), \
-                 6 with seconds first, or a nickname such as @hourly or @daily"
-            );
-        }
-    };
-    // The parser's messages do not say which field is wrong: try each field
-    // alone, the others `*`; the first one refused alone is at fault.
-    for (at, name) in names.iter().enumerate() {
-        let probe: Vec<&str> = (0..fields.len())
-            .map(|i| if i == at { fields[i] } else { "*" })
-            .collect();
-        if let Err(alone) = parser.parse(&probe.join(" ")) {
-            return format!(
-                "`{expr}`: {name} field `{}`: {}",
-                fields[at],
-                describe(&alone)
-            );
-        }
-    }
-    format!("`{expr}`: {}", describe(error))
-}
-
-/// The parser's message, in our style: lowercase, no final period.
-fn describe(error: &CronError) -> String {
-    let message = match error {
-        CronError::ComponentError(message) | CronError::InvalidPattern(message) => message.clone(),
-        other => other.to_string(),
-    };
-    let message = message.trim_end_matches('.');
-    let mut chars = message.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => String::from("not a cron expression"),
-    }
 }
 
 #[cfg(test)]
@@ -346,50 +270,32 @@ mod tests {
         assert_eq!(next - due, Duration::from_secs(10));
     }
 
+    #[test]
+    fn a_zoned_expression_waits_the_real_time_across_a_clock_change() {
+        // Berlin springs forward on 2027-03-28 at 01:00 UTC (02:00 CET to
+        // 03:00 CEST): 03:00 local is 02:00 UTC the day before and 01:00 UTC
+        // that day, 23 hours apart; `instants` checks each wait.
+        let got = instants(
+            "CRON_TZ=Europe/Berlin 0 3 * * *",
+            utc(2027, 3, 26, 2, 0, 30),
+            3,
+        );
+        assert_eq!(
+            got,
+            [
+                utc(2027, 3, 27, 2, 0, 0),
+                utc(2027, 3, 28, 1, 0, 0),
+                utc(2027, 3, 29, 1, 0, 0)
+            ]
+        );
+    }
+
     fn refused(expr: &str) -> String {
         match CronCadence::start_with(expr, Instant::now(), Arc::new(|| utc(2027, 1, 1, 0, 0, 0))) {
             Err(ScheduleError::InvalidCron(why)) => why,
             Err(other) => panic!("`{expr}`: {other:?}"),
             Ok(_) => panic!("`{expr}` was accepted"),
         }
-    }
-
-    #[test]
-    fn out_of_range_fields_are_named() {
-        assert_eq!(
-            refused("60 * * * *"),
-            "`60 * * * *`: minute field `60`: number out of bounds"
-        );
-        assert_eq!(
-            refused("0 24 * * *"),
-            "`0 24 * * *`: hour field `24`: number out of bounds"
-        );
-        assert_eq!(
-            refused("0 0 32 * *"),
-            "`0 0 32 * *`: day of month field `32`: number out of bounds"
-        );
-        assert_eq!(
-            refused("0 0 1 13 *"),
-            "`0 0 1 13 *`: month field `13`: number out of bounds"
-        );
-        assert_eq!(
-            refused("61 0 0 * * *"),
-            "`61 0 0 * * *`: second field `61`: number out of bounds"
-        );
-    }
-
-    #[test]
-    fn garbage_says_what_is_expected() {
-        for expr in ["garbage", "", "* * *", "* * * * * * *", "@fortnightly"] {
-            let why = refused(expr);
-            assert!(why.contains("expected 5 fields"), "{expr}: {why}");
-            assert!(why.starts_with(&format!("`{expr}`")), "{why}");
-        }
-        let why = refused("* * * * blursday");
-        assert!(
-            why.starts_with("`* * * * blursday`: day of week field `blursday`: "),
-            "{why}"
-        );
     }
 
     #[test]

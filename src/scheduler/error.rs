@@ -35,8 +35,8 @@ pub enum ScheduleError {
     /// jobs pending.
     Full,
     /// `Scheduler::schedule_cron` (cargo feature `cron`) was given an
-    /// expression it cannot parse, or one that names no instant from now
-    /// on; the string says why.
+    /// expression it cannot parse, an unknown `CRON_TZ=` time zone, or an
+    /// expression that names no instant from now on; the string says why.
     InvalidCron(String),
 }
 

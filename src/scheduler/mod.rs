@@ -577,7 +577,8 @@ impl Scheduler {
     }
 
     /// Runs `job()` at every instant the cron expression `expr` names, in
-    /// UTC. Available with the cargo feature `cron`.
+    /// UTC or in the time zone of a `CRON_TZ=` prefix. Available with the
+    /// cargo feature `cron`.
     ///
     /// `expr` has 5 fields (minute, hour, day of month, month, day of week),
     /// or 6 with seconds first, or is a nickname: `@yearly`, `@annually`,
@@ -585,6 +586,30 @@ impl Scheduler {
     /// ranges `a-b`, lists `a,b`, steps `*/n`, month and day names, `L` (last
     /// day of the month, or last given weekday: `5L`), `W` and `#`. Day of
     /// month and day of week match when either does, as in Vixie cron.
+    ///
+    /// `CRON_TZ=<IANA zone> ` before the fields (as robfig/cron and
+    /// Kubernetes CronJobs take it), e.g. `CRON_TZ=Europe/Berlin 0 3 * * *`,
+    /// makes the fields local times of that zone; without it they are UTC.
+    /// Across a daylight saving change (the rule of the Open Cron Pattern
+    /// Specification):
+    ///
+    /// - an hour field naming fixed hours (`3`, `1,13`, `1-3`, `1-9/2`) runs
+    ///   each named local time once: one the clock skips (spring forward)
+    ///   runs at the first instant after the jump, once however many named
+    ///   times the jump skipped or lands on; one the clock repeats (fall back)
+    ///   runs at its first occurrence only;
+    /// - an hour field `*` or `*/n` follows the real clock: it runs in both
+    ///   occurrences of a repeated hour, and the times of a skipped hour do
+    ///   not exist.
+    ///
+    /// ```text
+    /// Europe/Berlin, 2027-03-28, 02:00 CET jumps to 03:00 CEST:
+    ///   `30 2 * * *`   runs at 03:00 CEST
+    ///   `30 * * * *`   runs at 01:30 CET, 03:30 CEST (no 02:30)
+    /// Europe/Berlin, 2027-10-31, 03:00 CEST falls back to 02:00 CET:
+    ///   `30 2 * * *`   runs at 02:30 CEST only
+    ///   `30 * * * *`   runs at 02:30 CEST and 02:30 CET
+    /// ```
     ///
     /// The job reads the wall clock as `max(system clock, previous instant +
     /// Tokio time elapsed since that instant was due)`; when scheduled and
@@ -615,8 +640,9 @@ impl Scheduler {
     ///
     /// [`ScheduleError::Shutdown`] after [`shutdown`](Scheduler::shutdown)
     /// (this error wins), [`ScheduleError::InvalidCron`] if `expr` does not
-    /// parse or names no instant from now on (the string says why, naming
-    /// the field at fault), [`ScheduleError::Full`] if
+    /// parse, names a time zone the IANA database does not know, or names no
+    /// instant from now on (the string says why, naming the field at fault or
+    /// the unknown zone), [`ScheduleError::Full`] if
     /// [`max_pending`](Builder::max_pending) jobs are pending.
     ///
     /// # Examples
@@ -633,6 +659,10 @@ impl Scheduler {
     /// let first = nightly.next_run().unwrap();
     /// assert!(first <= Instant::now() + Duration::from_secs(86_400));
     ///
+    /// // 03:00 on Berlin's clock, summer and winter alike.
+    /// let report = scheduler.schedule_cron("CRON_TZ=Europe/Berlin 0 3 * * *", || async {})?;
+    /// assert!(report.next_run().unwrap() <= Instant::now() + Duration::from_secs(86_400));
+    ///
     /// let probe = scheduler.schedule_cron("*/15 * * * * *", || async {})?;
     /// let first = probe.next_run().unwrap();
     /// sleep_until(first + Duration::from_secs(46)).await;
@@ -643,6 +673,9 @@ impl Scheduler {
     ///     typo.unwrap_err().to_string(),
     ///     "invalid cron expression: `0 25 * * *`: hour field `25`: number out of bounds"
     /// );
+    ///
+    /// let typo = scheduler.schedule_cron("CRON_TZ=Europe/Berln 0 3 * * *", || async {});
+    /// assert!(typo.unwrap_err().to_string().contains("unknown time zone `Europe/Berln`"));
     /// # Ok(())
     /// # }
     /// ```
