@@ -12,6 +12,7 @@
 
 mod common;
 
+use common::proxy::Proxy;
 use common::redis_queue::{HOUR, WAIT, ms, within};
 use common::redis_server::RedisServer;
 use punctual::redis::client as redis;
@@ -50,7 +51,10 @@ async fn a_claim_held_up_by_client_pause_costs_no_attempt() {
     assert_eq!(server.cli(&["CLIENT", "PAUSE", "1500", "WRITE"]), "OK");
     let start = Instant::now();
     let d = within("take", q.take()).await.unwrap();
-    assert!(start.elapsed() >= ms(1000), "the claim waited for the pause");
+    assert!(
+        start.elapsed() >= ms(1000),
+        "the claim waited for the pause"
+    );
     assert_eq!((d.id(), d.attempt()), ("a", 1));
     assert!(d.ack().await.unwrap(), "the lease is held");
     let stats = q.stats().await.unwrap();
@@ -62,7 +66,9 @@ async fn an_insert_held_up_by_client_pause_returns_ok_once() {
     let server = RedisServer::start();
     let q = queue(&server.url(), "paused-insert", ms(500), 10).await;
     assert_eq!(server.cli(&["CLIENT", "PAUSE", "1500", "WRITE"]), "OK");
-    let id = within("insert", q.insert(&7, HOUR)).await.expect("insert waits");
+    let id = within("insert", q.insert(&7, HOUR))
+        .await
+        .expect("insert waits");
     assert_eq!(q.stats().await.unwrap().pending, 1, "exactly one entry");
     assert!(q.deadline(&id).await.unwrap().is_some());
 }
@@ -86,7 +92,9 @@ async fn a_reply_later_than_the_response_timeout_is_an_error_and_the_queue_recov
     // The failed insert may or may not have run (here the server dropped it
     // with the connection the queue gave up); a retry with its id makes
     // sure of one entry, on a new connection.
-    q.insert_with_id("a", &1, HOUR).await.expect("a new connection");
+    q.insert_with_id("a", &1, HOUR)
+        .await
+        .expect("a new connection");
     assert_eq!(q.stats().await.unwrap().pending, 1);
 }
 
@@ -131,13 +139,14 @@ async fn a_delivery_taken_before_a_purge_cannot_touch_an_entry_inserted_after() 
     // The id sequence restarts: the new entry gets the old one's id.
     let new = q.insert(&2, Duration::ZERO).await.unwrap();
     assert_eq!(new, old);
-    assert!(!d.ack().await.unwrap(), "the old lease went with the purge");
+    // Taken at its first attempt, as the old one was: only the claim's token
+    // tells the two deliveries apart.
     let again = within("take", q.take()).await.unwrap();
     assert_eq!((*again.value(), again.attempt()), (2, 1));
-    assert!(!q.insert_with_id(&new, &3, HOUR).await.unwrap(), "still there");
-    let d2 = within("take", q.take_timeout(ms(100))).await.unwrap();
-    assert!(d2.is_none(), "the new entry has one holder");
-    assert!(again.ack().await.unwrap());
+    assert!(!d.ack().await.unwrap(), "the old lease went with the purge");
+    assert_eq!(q.stats().await.unwrap().leased, 1, "the new entry is intact");
+    assert!(again.ack().await.unwrap(), "its holder acks it");
+    assert_eq!(q.stats().await.unwrap(), RedisStats::default());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,7 +171,7 @@ async fn a_password_refused_for_a_moment_does_not_break_the_handle() {
         .unwrap();
     let refused = q.insert_with_id("during", &2, HOUR).await;
     assert!(refused.is_err(), "the password is refused: {refused:?}");
-    sleep(ms(300)).await;
+    sleep(ms(1500)).await;
     let _: () = redis::cmd("CONFIG")
         .arg(&["SET", "requirepass", "old"])
         .query_async(&mut admin)
@@ -230,4 +239,134 @@ async fn a_full_server_refuses_writes_whole_and_consumers_wait_for_memory() {
     assert_eq!(server.cli(&["CONFIG", "SET", "maxmemory", "0"]), "OK");
     let d = within("take", q.take()).await.unwrap();
     assert_eq!((d.id(), d.attempt()), ("due", 1));
+}
+
+// ------------------------------------------------- through the fault proxy
+
+/// The claim script's `recover` argument on a first sending (`-1`): a
+/// pattern that matches claims and nothing else the queue sends.
+const CLAIM: &[u8] = b"$2\r\n-1\r\n";
+
+async fn through(
+    proxy: &Proxy,
+    name: &str,
+    timeout: Duration,
+    max_attempts: u32,
+) -> RedisQueue<u64> {
+    RedisQueue::builder(name)
+        .url(&proxy.url())
+        .lease(Duration::from_secs(3))
+        .max_attempts(max_attempts)
+        .poll_interval(ms(50))
+        .response_timeout(timeout)
+        .build()
+        .await
+        .expect("connect through the proxy")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_slower_than_half_a_second_loses_nothing() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let q = through(&proxy, "slow", Duration::from_secs(10), 1).await;
+    proxy.set_latency(ms(300)); // a 600 ms round trip
+    let id = within("insert", q.insert(&1, Duration::ZERO))
+        .await
+        .expect("a slow reply is waited for");
+    let d = within("take", q.take()).await.unwrap();
+    assert_eq!((d.id(), d.attempt()), (id.as_str(), 1));
+    assert!(d.ack().await.unwrap());
+    assert_eq!(q.stats().await.unwrap(), RedisStats::default());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_reply_is_cut_is_recovered_without_an_attempt() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    // One delivery allowed: an entry leased to nobody would dead-letter.
+    let q = through(&proxy, "cut", Duration::from_secs(10), 1).await;
+    assert!(q.try_take().await.unwrap().is_none()); // loads the claim script
+    q.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
+    proxy.cut_after_next_request(Some(CLAIM));
+    let start = Instant::now();
+    let d = within("take", q.take()).await.unwrap();
+    assert!(!proxy.armed(), "the claim was cut");
+    assert_eq!((d.id(), d.attempt()), ("a", 1));
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "not after the lease"
+    );
+    assert!(d.ack().await.unwrap());
+    assert_eq!(q.stats().await.unwrap(), RedisStats::default());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_reply_never_comes_is_recovered_after_the_response_timeout() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let q = through(&proxy, "swallowed", ms(300), 1).await;
+    assert!(q.try_take().await.unwrap().is_none());
+    q.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
+    proxy.swallow_replies_after_next_request(Some(CLAIM));
+    let d = within("take", q.take()).await.unwrap();
+    assert!(!proxy.armed(), "the claim's reply was swallowed");
+    assert_eq!((d.id(), d.attempt()), ("a", 1));
+    assert!(d.ack().await.unwrap());
+    assert_eq!(q.stats().await.unwrap(), RedisStats::default());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_take_whose_reply_is_cut_leaves_the_entry_to_the_next_claim() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let q = through(&proxy, "cut-try", Duration::from_secs(10), 1).await;
+    assert!(q.try_take().await.unwrap().is_none());
+    q.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
+    proxy.cut_after_next_request(Some(CLAIM));
+    assert!(q.try_take().await.is_err(), "the reply was lost");
+    assert!(!proxy.armed());
+    // The entry was leased to nobody; the next claim gives it back, with
+    // no attempt spent, and takes it.
+    let start = Instant::now();
+    let d = within("take", q.take()).await.unwrap();
+    assert_eq!((d.id(), d.attempt()), ("a", 1));
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "not after the lease"
+    );
+    assert!(d.ack().await.unwrap());
+    assert_eq!(q.stats().await.unwrap().dead, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_open_connections_are_replaced_and_nothing_waits_for_ever() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let q = through(&proxy, "half-open", ms(300), 10).await;
+    q.insert_with_id("a", &1, ms(500)).await.unwrap();
+    let waiting = tokio::spawn({
+        let q = q.clone();
+        async move { q.take().await.map(|d| (d.id().to_owned(), d.attempt())) }
+    });
+    sleep(ms(200)).await; // the consumer waits; the listener is subscribed
+    let accepted = proxy.accepted();
+    // A NAT dropped its state: open connections swallow everything.
+    proxy.black_hole_open();
+    let got = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the entry due in 500 ms came through a new connection")
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, ("a".to_owned(), 1));
+    // Producers: at most one call lost to the dead connection.
+    let mut errors = 0;
+    let inserted = loop {
+        match q.insert_with_id("b", &2, HOUR).await {
+            Ok(inserted) => break inserted,
+            Err(_) => errors += 1,
+        }
+        assert!(errors <= 1, "insert kept failing on a dead connection");
+    };
+    assert!(inserted);
+    assert!(proxy.accepted() > accepted, "new connections were made");
 }
