@@ -59,6 +59,8 @@
 
 #[cfg(feature = "cron")]
 mod cron;
+#[cfg(feature = "redis")]
+pub mod durable;
 mod lock;
 mod queue;
 #[cfg(feature = "redis")]

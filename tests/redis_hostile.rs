@@ -144,7 +144,11 @@ async fn a_delivery_taken_before_a_purge_cannot_touch_an_entry_inserted_after() 
     let again = within("take", q.take()).await.unwrap();
     assert_eq!((*again.value(), again.attempt()), (2, 1));
     assert!(!d.ack().await.unwrap(), "the old lease went with the purge");
-    assert_eq!(q.stats().await.unwrap().leased, 1, "the new entry is intact");
+    assert_eq!(
+        q.stats().await.unwrap().leased,
+        1,
+        "the new entry is intact"
+    );
     assert!(again.ack().await.unwrap(), "its holder acks it");
     assert_eq!(q.stats().await.unwrap(), RedisStats::default());
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use super::error::Error;
 use super::inner::{Held, Inner, Op};
+use crate::durable::store::Applied;
 
 /// An entry taken from a [`RedisQueue`](super::RedisQueue), leased to this
 /// consumer until [`lease_until`](Self::lease_until).
@@ -121,12 +122,14 @@ impl<T> Delivery<T> {
 
     async fn finish(&self, op: Op) -> Result<bool, Error> {
         let done = self.queue.finish(std::slice::from_ref(&op)).await?;
-        Ok(done.first().copied().unwrap_or(false))
+        Ok(done
+            .first()
+            .is_some_and(|applied| *applied != Applied::Lost))
     }
 
-    /// The lease this delivery holds, for the worker.
-    pub(crate) fn held(&self) -> &Held {
-        &self.held
+    /// The delivery's lease, value, attempt and deadline, for the worker.
+    pub(crate) fn into_parts(self) -> (Held, T, u32, SystemTime) {
+        (self.held, self.value, self.attempt, self.deadline)
     }
 
     /// Gives the entry back, due `delay` from now (ordered as if inserted

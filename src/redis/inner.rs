@@ -25,7 +25,8 @@ use tokio::time::Instant;
 use super::conn::Conn;
 use super::error::Error;
 use super::scripts::{Keys, SCRIPTS};
-use super::wait::Waiter;
+use super::wait::{Listener, Waiter};
+use crate::durable::store::Applied;
 use crate::lock::Lock;
 use crate::queue::deadline_after;
 
@@ -128,7 +129,7 @@ impl Op {
 
 /// What a delivery needs to finish its lease.
 #[derive(Debug, Clone)]
-pub(crate) struct Held {
+pub struct Held {
     pub(crate) id: String,
     pub(crate) token: Arc<str>,
     /// A tick's schedule record.
@@ -157,15 +158,16 @@ pub(crate) struct Claim {
     pub(crate) now: i64,
     /// The score of the schedule's head after the claim.
     pub(crate) head: Option<i64>,
-    /// Whether each op sent with the claim applied (`false`: the lease was
-    /// lost, or the op was already applied by a sending whose reply was lost).
-    pub(crate) done: Vec<bool>,
+    /// What became of each op sent with the claim.
+    pub(crate) done: Vec<Applied>,
     pub(crate) items: Vec<Claimed>,
+    /// The count of announcements read before the claim was sent.
+    pub(crate) kicks: u64,
 }
 
 /// A claim on its way: sent again with the same token after a lost reply.
 #[derive(Debug)]
-pub(crate) struct Attempt {
+pub struct Attempt {
     token: Arc<str>,
     /// Set once a sending's reply was lost: the lower bound of the leases'
     /// end to recover from.
@@ -178,11 +180,6 @@ impl Attempt {
             token: new_token(),
             recover: None,
         }
-    }
-
-    /// Whether a sending of this claim may have run without its reply.
-    pub(crate) fn in_doubt(&self) -> bool {
-        self.recover.is_some()
     }
 }
 
@@ -236,7 +233,7 @@ impl Inner {
             Duration::from_millis(u64::try_from(head - claim.now).unwrap_or(0))
         });
         let next_due = deadline_after(Instant::now(), wait);
-        self.waiter.set_next_due(next_due);
+        self.waiter.set_next_due(next_due, claim.kicks);
         next_due
     }
 
@@ -244,6 +241,20 @@ impl Inner {
     pub(crate) async fn check(&self) -> Result<(), Error> {
         let _: i64 = self.run(&self.script(&SCRIPTS.check)).await?;
         Ok(())
+    }
+
+    /// Starts the task that turns announcements into kicks, once per handle.
+    pub(crate) fn listen(&self) {
+        self.waiter.listen(|| Listener {
+            client: self.conn.client().clone(),
+            channel: self.keys.channel.clone(),
+            queue: self.name.clone(),
+            response_timeout: self.conn.response_timeout(),
+            ping_after: self
+                .poll_interval
+                .saturating_mul(10)
+                .clamp(Duration::from_millis(500), Duration::from_secs(30)),
+        });
     }
 
     /// Leaves `attempt` for the next claim of this handle to give back.
@@ -280,6 +291,7 @@ impl Inner {
             op.push_args(&mut invocation);
         }
         let sent_from = self.recover_bound();
+        let kicks = *self.waiter.kicks().borrow();
         let reply: Value = match self.run(&invocation).await {
             Ok(reply) => reply,
             Err(error) => {
@@ -304,12 +316,13 @@ impl Inner {
             head: (head >= 0).then_some(head),
             done,
             items,
+            kicks,
         })
     }
 
     /// Whether each op applied, after sending again (with their cron
     /// instants) those whose tick's successor needed them.
-    async fn settle(&self, ops: &[Op], results: &mut [OpResult]) -> Result<Vec<bool>, Error> {
+    async fn settle(&self, ops: &[Op], results: &mut [OpResult]) -> Result<Vec<Applied>, Error> {
         for _ in 0..3 {
             let mut again = Vec::new();
             let mut at = Vec::new();
@@ -340,8 +353,8 @@ impl Inner {
             .collect()
     }
 
-    /// Applies `ops` without claiming; whether each applied.
-    pub(crate) async fn finish(&self, ops: &[Op]) -> Result<Vec<bool>, Error> {
+    /// Applies `ops` without claiming.
+    pub(crate) async fn finish(&self, ops: &[Op]) -> Result<Vec<Applied>, Error> {
         let mut results = self.finish_once(ops).await?;
         self.settle(ops, &mut results).await
     }
@@ -395,9 +408,9 @@ impl Inner {
 /// What became of one op.
 #[derive(Debug)]
 enum OpResult {
-    /// Applied (`true`), or not because the lease was lost (or the op was
-    /// applied already, by a sending whose reply was lost).
-    Applied(bool),
+    /// Applied, or not because the lease was lost (or the op was applied
+    /// already, by a sending whose reply was lost).
+    Applied(Applied),
     /// Not applied: the successor of the tick needs the cron instants of
     /// schedule record `rec` after `from`.
     NeedsCron { from: i64, rec: String },
@@ -408,7 +421,11 @@ fn op_results(value: Value) -> Result<Vec<OpResult>, Error> {
     results
         .into_iter()
         .map(|result| match result {
-            Value::Int(applied) => Ok(OpResult::Applied(applied == 1)),
+            Value::Int(applied) => Ok(OpResult::Applied(match applied {
+                1 => Applied::Done,
+                2 => Applied::Dead,
+                _ => Applied::Lost,
+            })),
             other => {
                 let (_, from, rec): (i64, i64, String) = parse(other)?;
                 Ok(OpResult::NeedsCron { from, rec })
@@ -483,32 +500,13 @@ impl Fields {
 fn cron_instants(rec: &str, from: i64) -> Result<String, Error> {
     #[cfg(feature = "cron")]
     if let Some(expr) = rec.strip_prefix("c,") {
-        let expr = crate::cron::CronExpr::parse(expr).map_err(Error::InvalidSchedule)?;
-        let mut out = format!("{rec}\n{from}");
-        let mut at = from;
-        for _ in 0..CRON_INSTANTS {
-            match expr.next_after_ms(at) {
-                Some(next) => {
-                    out.push_str(&format!(",{next}"));
-                    at = next;
-                }
-                None => {
-                    out.push_str(",x");
-                    break;
-                }
-            }
-        }
-        return Ok(out);
+        // The next instant after an on-time run, and a few to spare.
+        return crate::durable::cron_instants(rec, expr, from, 4).map_err(Error::InvalidSchedule);
     }
     Err(Error::Unsupported(format!(
         "schedule record `{rec}` needs the cargo feature `cron` in this process"
     )))
 }
-
-/// How many cron instants a finish sends for a tick's successor: the next
-/// one after an on-time run, a few to spare.
-#[cfg(feature = "cron")]
-const CRON_INSTANTS: usize = 4;
 
 /// A token no other claim ever had: 64 random bits of this process (the
 /// standard library's hasher keys come from the operating system) and a

@@ -125,12 +125,15 @@
 mod builder;
 mod conn;
 mod delivery;
+mod durable;
 mod error;
 mod inner;
 mod queue;
+mod schedules;
 mod scripts;
 mod wait;
 
+pub use crate::durable::ScheduleInfo;
 pub use ::redis as client;
 pub use builder::RedisQueueBuilder;
 pub use delivery::Delivery;

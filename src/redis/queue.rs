@@ -16,7 +16,7 @@ use super::delivery::Delivery;
 use super::error::{Error, check_id};
 use super::inner::{Attempt, Claim, Claimed, Inner, Op, millis, system_time};
 use super::scripts::SCRIPTS;
-use super::wait::{Backoff, Listener};
+use super::wait::Backoff;
 use super::{DeadLetter, RedisStats};
 use crate::queue::deadline_after;
 
@@ -74,6 +74,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// A builder for the queue `name`.
     pub fn builder(name: &str) -> RedisQueueBuilder<T> {
         RedisQueueBuilder::new(name)
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
     }
 
     pub(crate) fn from_inner(inner: Inner) -> Self {
@@ -510,11 +514,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         // reset, retry, requeue or shortened lease can make an entry due
         // earlier, and each announces itself (a kick cuts the leader's nap
         // short).
-        let mut known_idle_until = waiter.next_due().filter(|due| *due > Instant::now());
+        let mut known_idle_until = waiter.next_due();
+        let mut kicks = waiter.kicks();
         loop {
             let next_due = match known_idle_until.take() {
                 Some(next_due) => next_due,
                 None => {
+                    // Announcements from here on cut the nap after this claim.
+                    kicks.borrow_and_update();
                     let claim = match inner.claim(&mut pending.1, max, &[]).await {
                         Ok(claim) => {
                             backoff.reset();
@@ -566,26 +573,16 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     lead = waiter.try_lead();
                     // An announcement since the last claim left a kick that
                     // cuts the nap short, so skipping the claim is safe.
-                    known_idle_until = waiter.next_due().filter(|due| *due > Instant::now());
+                    known_idle_until = waiter.next_due();
                     continue;
                 }
             }
-            waiter.listen(|| Listener {
-                client: inner.conn.client().clone(),
-                channel: inner.keys.channel.clone(),
-                queue: inner.name.clone(),
-                response_timeout: inner.conn.response_timeout(),
-                ping_after: inner
-                    .poll_interval
-                    .saturating_mul(10)
-                    .clamp(Duration::from_millis(500), Duration::from_secs(30)),
-            });
+            inner.listen();
             let nap = next_due
                 .saturating_duration_since(Instant::now())
                 .clamp(Duration::from_millis(1), inner.poll_interval);
-            let kicked = waiter.kick.notified();
             tokio::select! {
-                _ = kicked => {}
+                _ = kicks.changed() => {}
                 timed_in = sleep_within(nap, until) => if !timed_in {
                     return Ok(Vec::new());
                 },
@@ -596,7 +593,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// Turns a claim into deliveries; values that do not decode go to the
     /// dead letters, never to a consumer, and so do cron ticks the claim
     /// marked.
-    async fn deliveries(&self, claim: Claim) -> Vec<Delivery<T>> {
+    pub(crate) async fn deliveries(&self, claim: Claim) -> Vec<Delivery<T>> {
         let mut taken = Vec::with_capacity(claim.items.len());
         let mut buried = Vec::new();
         for claimed in claim.items {

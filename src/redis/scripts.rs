@@ -68,6 +68,8 @@ pub(crate) struct Scripts {
     pub(crate) requeue_dead: Script,
     pub(crate) purge: Script,
     pub(crate) check: Script,
+    pub(crate) schedule: Script,
+    pub(crate) schedules: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -83,4 +85,6 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     requeue_dead: Script::new(lua!("requeue_dead", "check_all", "now_ms", "place")),
     purge: Script::new(lua!("purge", "check_all")),
     check: Script::new(lua!("check", "check_all")),
+    schedule: Script::new(lua!("schedule", "check_all", "now_ms", "place", "ticks")),
+    schedules: Script::new(lua!("schedules", "check_all")),
 });

@@ -1,7 +1,9 @@
-//! One process's waiting consumers share one waiter (Leader-Follower).
+//! The waiting consumers of one built handle share one waiter
+//! (Leader-Follower).
 //!
 //! The leader sleeps until the head's deadline as the server reported it, a
-//! pub/sub notification (`kick`), or `poll_interval`, whichever comes first,
+//! pub/sub notification (a new count in `kicks`), or `poll_interval`,
+//! whichever comes first,
 //! then asks Redis again; followers wait untimed on `followers` and are woken
 //! one at a time: when the leader leaves (with an entry, or dropped) and when
 //! a claim saw more entries due than it took. So an idle queue costs one
@@ -10,27 +12,32 @@
 //! taking over from a leader that left) does not ask Redis if the last claim
 //! of the process said nothing is due yet: it waits until then. Only an
 //! insert, reset, retry, requeue or shortened lease can make an entry due
-//! earlier, and those announce themselves, which cuts the leader's nap short.
+//! earlier, and those announce themselves, which cuts the leader's nap short
+//! and makes the recorded head stale. A durable worker on the handle naps
+//! the same way, outside the leader's protocol (it watches `kicks` too).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use futures::StreamExt;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Waiter {
     /// Whether some consumer of this process is the leader.
     leader: Mutex<bool>,
     /// Followers park here.
     pub(crate) followers: Notify,
-    /// Notified by the listener on every announcement of a new head. Holds a
-    /// permit when no leader waits, so an announcement that arrives between a
-    /// leader's claim and its sleep is not lost.
-    pub(crate) kick: Arc<Notify>,
-    /// When the head is due, as the last claim of this process reported it.
-    next_due: Mutex<Option<Instant>>,
+    /// Counts the announcements of a new head (and the listener's
+    /// subscriptions, after which announcements may have been missed). A
+    /// consumer reads the count before it claims and naps until the count
+    /// moves on, so an announcement that arrives between a claim and the
+    /// nap after it is not lost.
+    kicks: watch::Sender<u64>,
+    /// When the head is due, as the last claim of this handle reported it,
+    /// and the count of kicks read before that claim.
+    next_due: Mutex<Option<(Instant, u64)>>,
     /// Stops the listener task when the queue's last handle is dropped.
     listener: Mutex<Option<oneshot::Sender<()>>>,
 }
@@ -49,7 +56,24 @@ impl Drop for Lead<'_> {
     }
 }
 
+impl Default for Waiter {
+    fn default() -> Self {
+        Waiter {
+            leader: Mutex::new(false),
+            followers: Notify::new(),
+            kicks: watch::Sender::new(0),
+            next_due: Mutex::new(None),
+            listener: Mutex::new(None),
+        }
+    }
+}
+
 impl Waiter {
+    /// A watch of the announcements; its current count is seen.
+    pub(crate) fn kicks(&self) -> watch::Receiver<u64> {
+        self.kicks.subscribe()
+    }
+
     /// Becomes the leader if there is none.
     pub(crate) fn try_lead(&self) -> Option<Lead<'_>> {
         let mut leader = lock(&self.leader);
@@ -60,12 +84,17 @@ impl Waiter {
         Some(Lead(self))
     }
 
-    pub(crate) fn set_next_due(&self, at: Instant) {
-        *lock(&self.next_due) = Some(at);
+    /// Records when the head is due, as a claim made after `seen` kicks
+    /// reported it.
+    pub(crate) fn set_next_due(&self, at: Instant, seen: u64) {
+        *lock(&self.next_due) = Some((at, seen));
     }
 
+    /// When the head is due, unless an announcement came since the claim
+    /// that said so (the head may be earlier now), or that time has passed.
     pub(crate) fn next_due(&self) -> Option<Instant> {
-        *lock(&self.next_due)
+        let (at, seen) = (*lock(&self.next_due))?;
+        (seen == *self.kicks.borrow() && at > Instant::now()).then_some(at)
     }
 
     /// Starts the task that turns announcements on `channel` into kicks, once.
@@ -76,7 +105,7 @@ impl Waiter {
         }
         let (stop_tx, stop) = oneshot::channel();
         *slot = Some(stop_tx);
-        tokio::spawn(listener().run(Arc::clone(&self.kick), stop));
+        tokio::spawn(listener().run(self.kicks.clone(), stop));
     }
 }
 
@@ -100,7 +129,8 @@ impl Listener {
     /// with capped back-off; a (re)subscription kicks once, since
     /// announcements made while it was down are lost. A user without the
     /// right to subscribe gets a warning, and consumers rely on polling.
-    async fn run(self, kick: Arc<Notify>, mut stop: oneshot::Receiver<()>) {
+    async fn run(self, kicks: watch::Sender<u64>, mut stop: oneshot::Receiver<()>) {
+        let kick = || kicks.send_modify(|count| *count = count.wrapping_add(1));
         let queue = &self.queue;
         let mut backoff = Backoff::default();
         loop {
@@ -114,10 +144,10 @@ impl Listener {
                     .await
                     .map_err(|_| timed_out("the subscription"))??;
                 backoff.reset();
-                kick.notify_one();
+                kick();
                 loop {
                     match tokio::time::timeout(self.ping_after, messages.next()).await {
-                        Ok(Some(_)) => kick.notify_one(),
+                        Ok(Some(_)) => kick(),
                         Ok(None) => return Ok::<(), redis::RedisError>(()),
                         Err(_) => {
                             let pong = tokio::time::timeout(

@@ -6,7 +6,8 @@
 -- 'G' gives back every delivery of the claim `token` (see below).
 -- A tick that leaves the schedule (ack, dead) gets its successor; `cands`
 -- are the cron instants for it (see next_tick).
--- Returns 1 if applied, 0 if the lease was lost (nothing changed), or
+-- Returns 1 if applied (2: and a failure went to the dead letters), 0 if
+-- the lease was lost (nothing changed), or
 -- {-1, from, rec} if the successor needs cron instants after `from`
 -- (nothing changed). The caller checked every key's type.
 local function finish(kind, id, token, ms, reason, cands, now, limit, channel)
@@ -20,8 +21,9 @@ local function finish(kind, id, token, ms, reason, cands, now, limit, channel)
   end
   local e = held(id, token)
   if not e then return 0 end
+  local applied = 1
   if kind == 'f' then
-    if limit > 0 and e.attempt >= limit then kind = 'd' else kind = 'r' end
+    if limit > 0 and e.attempt >= limit then kind, applied = 'd', 2 else kind = 'r' end
   elseif kind == 'b' then
     e.attempt, kind = math.max(e.attempt - 1, 0), 'd'
   end
@@ -60,7 +62,7 @@ local function finish(kind, id, token, ms, reason, cands, now, limit, channel)
     end
   end
   if next then successor(id, next, channel) end
-  return 1
+  return applied
 end
 
 -- Applies the ops in ARGV from `at` on (6 fields each: kind, id, token, ms,

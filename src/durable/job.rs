@@ -1,0 +1,60 @@
+//! [`Job`]: what a worker's handler gets for one delivery.
+
+use std::fmt;
+use std::time::SystemTime;
+
+/// One delivery of a durable entry, handed to a
+/// [`Worker`](super::Worker)'s handler. The worker holds (and extends) its
+/// lease while the handler runs and finishes it by the handler's outcome.
+pub struct Job<T> {
+    pub(crate) id: String,
+    pub(crate) value: T,
+    pub(crate) attempt: u32,
+    pub(crate) deadline: SystemTime,
+    pub(crate) schedule: Option<String>,
+}
+
+impl<T: fmt::Debug> fmt::Debug for Job<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Job")
+            .field("id", &self.id)
+            .field("value", &self.value)
+            .field("attempt", &self.attempt)
+            .field("deadline", &self.deadline)
+            .field("schedule", &self.schedule)
+            .finish()
+    }
+}
+
+impl<T> Job<T> {
+    /// The entry's id (a schedule's tick: the schedule's name).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The entry's value.
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+
+    /// The value, by value.
+    pub fn into_value(self) -> T {
+        self.value
+    }
+
+    /// Which delivery of the entry this is: 1 on the first.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// When the entry was due, by the store's clock; for a schedule's tick,
+    /// its instant, the same on every attempt.
+    pub fn deadline(&self) -> SystemTime {
+        self.deadline
+    }
+
+    /// The schedule's name, if this is one of its ticks.
+    pub fn schedule(&self) -> Option<&str> {
+        self.schedule.as_deref()
+    }
+}

@@ -1,0 +1,80 @@
+//! Durable jobs: [`Worker`]s that run a handler for each due entry of a
+//! durable queue, and recurring schedules kept in the store, shared by every
+//! replica of a service and surviving its restarts.
+//!
+//! What [`Scheduler`](crate::Scheduler) is to the in-memory
+//! [`DelayQueue`](crate::DelayQueue), this module is to the durable queues
+//! ([`RedisQueue`](crate::redis::RedisQueue)): one worker implementation
+//! for every store, which only answers (claim many, finish and claim in one
+//! round trip, extend many, give back).
+//!
+//! # Which one
+//!
+//! `Scheduler` for work that may die with the process (a cache refresh, a
+//! metrics flush): no network, nanosecond deadlines, but every replica runs
+//! its own copy of a periodic job. A durable `Worker` for work that must
+//! happen once even if this process does not live to do it (expire the
+//! order, send the reminder, the nightly report of a service with three
+//! replicas): at least once, millisecond deadlines, one store round trip
+//! per batch.
+//!
+//! # Once per tick
+//!
+//! A schedule (`schedule_every`, `schedule_cron`) is a named entry kept in
+//! the store. Exactly one *tick* of it exists at any time (pending, due or
+//! leased), under the schedule's name; the store-side step that acks a tick
+//! (or sends it to the dead letters) inserts the next one in the same
+//! atomic step, from the store's clock. So every replica may declare the
+//! same schedules at start-up (the call is an upsert), and:
+//!
+//! - runs of one schedule never overlap, and no tick runs twice: only one
+//!   tick exists, and one consumer holds it;
+//! - a replica that crashes while running a tick leaves it leased; after
+//!   its lease it is delivered again (attempt + 1) to another replica. "Once
+//!   per tick" is "at least once" under a crash: the interrupted run is
+//!   repeated, so handlers should be idempotent;
+//! - nothing needs a leader, a lock or a daemon.
+//!
+//! ```no_run
+//! use punctual::MissedTicks;
+//! use punctual::durable::Worker;
+//! use punctual::redis::RedisQueue;
+//! use std::time::Duration;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), punctual::redis::Error> {
+//! let jobs: RedisQueue<String> = RedisQueue::connect("redis://127.0.0.1/", "jobs").await?;
+//! // Every replica declares it; one tick exists, so it runs once per minute.
+//! jobs.schedule_every("sweep", Duration::from_secs(60), MissedTicks::Skip, &"sweep".into())
+//!     .await?;
+//! let worker = Worker::builder(jobs.clone()).spawn(|job| async move {
+//!     println!("{} at {:?}", job.value(), job.deadline());
+//!     Ok::<(), String>(())
+//! });
+//! # Ok(()) }
+//! ```
+
+mod backoff;
+mod job;
+mod schedule;
+pub(crate) mod store;
+mod worker;
+
+pub use backoff::Backoff;
+pub use job::Job;
+pub use schedule::ScheduleInfo;
+#[cfg(feature = "cron")]
+pub(crate) use schedule::cron_instants;
+pub(crate) use schedule::{every_spec, period_ms, policy};
+pub use worker::{Worker, WorkerBuilder, WorkerStats};
+
+/// A durable queue a [`Worker`] can run: [`RedisQueue<T>`](crate::redis::RedisQueue).
+///
+/// Sealed: the stores implement it inside the crate; its methods are the
+/// worker's private seam.
+pub trait Durable:
+    store::Sealed<Value = <Self as Durable>::Item> + Clone + Send + Sync + 'static
+{
+    /// The queue's values.
+    type Item: Send + Sync + 'static;
+}

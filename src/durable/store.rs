@@ -1,0 +1,112 @@
+//! The seam between the worker and the stores: what a durable queue must
+//! answer, each call one round trip. The worker never speaks Redis or SQL;
+//! a store never spawns a task for the worker.
+//!
+//! The trait lives in a private module, so users can neither implement it
+//! nor call it: [`Durable`](super::Durable) is sealed.
+
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// How the worker finishes one delivery.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// Done: delete the entry (a tick: and insert its successor).
+    Ack,
+    /// A failed attempt: retried after `delay`, or to the dead letters with
+    /// `reason` once the entry's attempts reached the queue's limit.
+    Fail { delay: Duration, reason: String },
+    /// Back in the queue, due at once; `counted`: whether this delivery
+    /// counts as an attempt.
+    GiveBack { counted: bool },
+}
+
+/// One delivery to finish, by its store's lease handle.
+#[derive(Debug, Clone)]
+pub struct Finish<L> {
+    pub lease: L,
+    pub outcome: Outcome,
+}
+
+/// One entry leased to the worker.
+#[derive(Debug)]
+pub struct Taken<T, L> {
+    pub id: String,
+    pub value: T,
+    pub attempt: u32,
+    pub deadline: SystemTime,
+    pub schedule: Option<String>,
+    pub lease: L,
+}
+
+/// What became of one finish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// Not applied: the lease was lost (or a sending whose reply was lost
+    /// applied it already).
+    Lost,
+    /// Applied.
+    Done,
+    /// Applied, and the failure sent the entry to the dead letters.
+    Dead,
+}
+
+/// The answer of a claim.
+#[derive(Debug)]
+pub struct Batch<T, L> {
+    /// What became of each finish sent with the claim.
+    pub done: Vec<Applied>,
+    pub taken: Vec<Taken<T, L>>,
+    /// When, on this process's clock, the store's next entry is due as far
+    /// as the claim saw (or a poll interval on).
+    pub next_due: Instant,
+}
+
+/// What every durable store answers.
+pub trait Sealed {
+    /// The queue's values.
+    type Value: Send + Sync + 'static;
+    /// What identifies one delivery's lease.
+    type Lease: Clone + Send + Sync + 'static;
+    /// A claim on its way: sent again after a lost reply, it returns what
+    /// the first sending leased.
+    type Attempt: Send + Sync + 'static;
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    fn queue_name(&self) -> &str;
+    fn lease_duration(&self) -> Duration;
+    fn poll_interval(&self) -> Duration;
+    fn new_attempt(&self) -> Self::Attempt;
+    /// Gives up on `attempt`: whatever it may have leased goes back with the
+    /// next claim of the queue's handle.
+    fn abandon(&self, attempt: &Self::Attempt);
+    /// The count of the store's announcements of an earlier head (starting
+    /// the listener if need be).
+    fn kicks(&self) -> watch::Receiver<u64>;
+    /// Whether waiting and trying again can fix `error`.
+    fn is_transient(error: &Self::Error) -> bool;
+
+    /// Applies `finished`, then leases up to `max` due entries.
+    fn claim(
+        &self,
+        attempt: &mut Self::Attempt,
+        max: usize,
+        finished: &[Finish<Self::Lease>],
+    ) -> impl Future<Output = Result<Batch<Self::Value, Self::Lease>, Self::Error>> + Send;
+
+    /// Applies `finished` without claiming.
+    fn finish(
+        &self,
+        finished: &[Finish<Self::Lease>],
+    ) -> impl Future<Output = Result<Vec<Applied>, Self::Error>> + Send;
+
+    /// Pushes every lease to now + `lease`; whether each was still held.
+    fn extend(
+        &self,
+        leases: &[Self::Lease],
+        lease: Duration,
+    ) -> impl Future<Output = Result<Vec<bool>, Self::Error>> + Send;
+}

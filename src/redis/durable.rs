@@ -1,0 +1,106 @@
+//! `RedisQueue` as a [`Durable`] queue: the worker's seam, each call one
+//! script.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use super::error::Error;
+use super::inner::{Attempt, Held, Op};
+use super::queue::RedisQueue;
+use crate::durable::Durable;
+use crate::durable::store::{Applied, Batch, Finish, Outcome, Sealed, Taken};
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Durable for RedisQueue<T> {
+    type Item = T;
+}
+
+fn op(finish: &Finish<Held>) -> Op {
+    match &finish.outcome {
+        Outcome::Ack => Op::ack(&finish.lease),
+        Outcome::Fail { delay, reason } => Op::fail(&finish.lease, *delay, reason.clone()),
+        Outcome::GiveBack { counted } => Op::give_back(&finish.lease, *counted),
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQueue<T> {
+    type Value = T;
+    type Lease = Held;
+    type Attempt = Attempt;
+    type Error = Error;
+
+    fn queue_name(&self) -> &str {
+        &self.inner().name
+    }
+
+    fn lease_duration(&self) -> Duration {
+        self.inner().lease
+    }
+
+    fn poll_interval(&self) -> Duration {
+        self.inner().poll_interval
+    }
+
+    fn new_attempt(&self) -> Attempt {
+        Attempt::new()
+    }
+
+    fn abandon(&self, attempt: &Attempt) {
+        self.inner().abandon(attempt);
+    }
+
+    fn kicks(&self) -> watch::Receiver<u64> {
+        self.inner().listen();
+        self.inner().waiter.kicks()
+    }
+
+    fn is_transient(error: &Error) -> bool {
+        error.is_transient()
+    }
+
+    async fn claim(
+        &self,
+        attempt: &mut Attempt,
+        max: usize,
+        finished: &[Finish<Held>],
+    ) -> Result<Batch<T, Held>, Error> {
+        let ops: Vec<Op> = finished.iter().map(op).collect();
+        let claim = self.inner().claim(attempt, max, &ops).await?;
+        let next_due = self.inner().next_due(&claim);
+        let done = claim.done.clone();
+        let taken = self
+            .deliveries(claim)
+            .await
+            .into_iter()
+            .map(|delivery| {
+                let (lease, value, attempt, deadline) = delivery.into_parts();
+                Taken {
+                    id: lease.id.clone(),
+                    schedule: lease.tick.is_some().then(|| lease.id.clone()),
+                    value,
+                    attempt,
+                    deadline,
+                    lease,
+                }
+            })
+            .collect();
+        Ok(Batch {
+            done,
+            taken,
+            next_due,
+        })
+    }
+
+    async fn finish(&self, finished: &[Finish<Held>]) -> Result<Vec<Applied>, Error> {
+        let ops: Vec<Op> = finished.iter().map(op).collect();
+        self.inner().finish(&ops).await
+    }
+
+    async fn extend(&self, leases: &[Held], lease: Duration) -> Result<Vec<bool>, Error> {
+        let held: Vec<&Held> = leases.iter().collect();
+        let ends = self.inner().extend(&held, lease).await?;
+        Ok(ends.into_iter().map(|end| end.is_some()).collect())
+    }
+}

@@ -1,0 +1,18 @@
+-- SCHEDULES: lists every schedule of the queue.
+-- KEYS: the queue's six keys. ARGV: none.
+-- Returns {{name, record, value, next (ms) or -1 while leased or absent}, ...}.
+local err = check_all()
+if err then return err end
+local all = redis.call('HGETALL', SCHEDULES)
+local out = {}
+for i = 1, #all, 2 do
+  local name = all[i]
+  local got = redis.call('HMGET', ENTRIES, 'm:' .. name, 'v:' .. name)
+  local e = parse(got[1])
+  local next = -1
+  if e and e.tick and e.token == '' and e.member ~= '' then
+    next = tonumber(redis.call('ZSCORE', SCHEDULE, e.member)) or -1
+  end
+  out[#out + 1] = {name, all[i + 1], got[2] or '', next}
+end
+return out
