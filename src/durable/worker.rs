@@ -292,6 +292,8 @@ enum Reply<T, L, A, E> {
         result: Result<Batch<T, L>, E>,
         attempt: A,
         sent: Vec<Finish<L>>,
+        /// How many entries it asked for.
+        asked: usize,
     },
     Finish {
         result: Result<Vec<Applied>, E>,
@@ -361,6 +363,7 @@ where
                             result,
                             attempt: claim,
                             sent,
+                            asked: free,
                         }
                     }));
                 } else if !self.finished.is_empty() {
@@ -385,15 +388,18 @@ where
                 reply = async { request.as_mut().expect("checked").await }, if request.is_some() => {
                     request = None;
                     match reply {
-                        Reply::Claim { result, attempt: claim, sent } => match result {
+                        Reply::Claim { result, attempt: claim, sent, asked } => match result {
                             Ok(batch) => {
                                 failing.reset();
                                 self.settled(&sent, &batch.done);
-                                let asked = free;
+                                // A full batch: more may be due at once.
                                 due = batch.taken.len() >= asked;
                                 next_due = batch.next_due;
                                 if next_due <= Instant::now() {
                                     due = true;
+                                }
+                                if self.runs.is_empty() {
+                                    next_beat = deadline_after(Instant::now(), beat);
                                 }
                                 for taken in batch.taken {
                                     if stopping.is_some() {
