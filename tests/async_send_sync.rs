@@ -101,6 +101,40 @@ fn redis_types_are_send_and_sync() {
     let _ = futures_are_send;
 }
 
+#[cfg(feature = "redis")]
+#[test]
+fn durable_types_are_send_and_sync() {
+    use punctual::durable::{Backoff, Job, ScheduleInfo, Worker, WorkerBuilder, WorkerStats};
+    use punctual::redis::RedisQueue;
+    fn types_send_sync<T: Send + Sync>() {}
+    types_send_sync::<Worker>();
+    types_send_sync::<WorkerBuilder<RedisQueue<String>>>();
+    types_send_sync::<Job<String>>();
+    types_send_sync::<Backoff>();
+    types_send_sync::<WorkerStats>();
+    types_send_sync::<ScheduleInfo<String>>();
+    is_debug::<Worker>();
+    is_debug::<WorkerBuilder<RedisQueue<Rc<()>>>>();
+    is_debug::<Job<String>>();
+    is_debug::<Backoff>();
+    is_debug::<WorkerStats>();
+    is_debug::<ScheduleInfo<String>>();
+
+    async fn futures_are_send(q: RedisQueue<String>, w: Worker) {
+        send(&q.insert_many(&[]));
+        send(&q.schedule_every(
+            "s",
+            std::time::Duration::from_secs(1),
+            punctual::MissedTicks::Skip,
+            &String::new(),
+        ));
+        send(&q.unschedule("s"));
+        send(&q.schedules());
+        send(&w.shutdown(std::time::Duration::ZERO));
+    }
+    let _ = futures_are_send;
+}
+
 fn unwind_safe<T: std::panic::UnwindSafe + std::panic::RefUnwindSafe>(_: &T) {}
 
 /// A queue and a scheduler can be used across `catch_unwind`, as with the
