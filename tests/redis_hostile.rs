@@ -13,7 +13,7 @@
 mod common;
 
 use common::proxy::Proxy;
-use common::redis_queue::{HOUR, WAIT, ms, within};
+use common::redis_queue::{HOUR, WAIT, eventually, ms, within};
 use common::redis_server::RedisServer;
 use punctual::redis::client as redis;
 use punctual::redis::{RedisQueue, RedisStats};
@@ -373,4 +373,56 @@ async fn half_open_connections_are_replaced_and_nothing_waits_for_ever() {
     };
     assert!(inserted);
     assert!(proxy.accepted() > accepted, "new connections were made");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_pub_sub_connection_is_pinged_and_replaced() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    // Polls every 100 ms: the listener PINGs after 1 s of silence.
+    let q: RedisQueue<u64> = RedisQueue::builder("deaf")
+        .url(&proxy.url())
+        .poll_interval(ms(100))
+        .response_timeout(ms(300))
+        .build()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let q = q.clone();
+        async move { q.take().await.map(|d| d.into_value()) }
+    });
+    // The ids of the server's subscribed connections.
+    let subscribers = || {
+        server
+            .cli(&["CLIENT", "LIST", "TYPE", "pubsub"])
+            .lines()
+            .filter_map(|line| {
+                line.split(' ')
+                    .next()?
+                    .strip_prefix("id=")
+                    .map(str::to_owned)
+            })
+            .collect::<Vec<_>>()
+    };
+    sleep(ms(300)).await; // build()'s own probe subscription is gone
+    eventually("the listener subscribed", || {
+        let n = subscribers().len();
+        async move { n == 1 }
+    })
+    .await;
+    let first = subscribers();
+    proxy.black_hole_open();
+    // Its connection says nothing, not even its end: only a PING tells.
+    eventually("the listener subscribed on a new connection", || {
+        let now = subscribers();
+        let renewed = now.iter().any(|id| !first.contains(id));
+        async move { renewed }
+    })
+    .await;
+    q.insert(&5, Duration::ZERO).await.ok(); // may be lost with a dead connection
+    if q.stats().await.map(|s| s.due + s.leased).unwrap_or(0) == 0 {
+        q.insert(&5, Duration::ZERO).await.unwrap();
+    }
+    let got = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
+    assert_eq!(got.unwrap(), 5);
 }
