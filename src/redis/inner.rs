@@ -329,7 +329,7 @@ impl Inner {
             for (i, result) in results.iter().enumerate() {
                 if let OpResult::NeedsCron { from, rec } = result {
                     let mut op = ops[i].clone();
-                    op.cands = cron_instants(rec, *from)?;
+                    op.cands = cron_instants(rec, *from, 4)?;
                     again.push(op);
                     at.push(i);
                 }
@@ -496,12 +496,13 @@ impl Fields {
 
 /// The cron instants a tick of schedule record `rec` (`c,<expression>`)
 /// needs after `from`, in the format of `scripts/lib/ticks.lua`.
+/// `count`: the next instant after an on-time run, and a few to spare.
 #[cfg_attr(not(feature = "cron"), allow(unused_variables))]
-fn cron_instants(rec: &str, from: i64) -> Result<String, Error> {
+pub(crate) fn cron_instants(rec: &str, from: i64, count: usize) -> Result<String, Error> {
     #[cfg(feature = "cron")]
     if let Some(expr) = rec.strip_prefix("c,") {
-        // The next instant after an on-time run, and a few to spare.
-        return crate::durable::cron_instants(rec, expr, from, 4).map_err(Error::InvalidSchedule);
+        return crate::durable::cron_instants(rec, expr, from, count)
+            .map_err(Error::InvalidSchedule);
     }
     Err(Error::Unsupported(format!(
         "schedule record `{rec}` needs the cargo feature `cron` in this process"

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::error::{Error, check_id};
-use super::inner::{millis, parse, system_time};
+use super::inner::{cron_instants, millis, parse, system_time};
 use super::queue::RedisQueue;
 use super::scripts::SCRIPTS;
 use crate::MissedTicks;
@@ -165,7 +165,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 Value::Int(changed) => return Ok(changed == 1),
                 other => {
                     let (_, from): (i64, i64) = parse(other)?;
-                    cands = first_instants(&rec, from)?;
+                    cands = cron_instants(&rec, from, 2)?;
                 }
             }
         }
@@ -240,16 +240,4 @@ fn spec_of(rec: &str) -> String {
         _ => MissedTicks::Burst,
     };
     every_spec(period, missed)
-}
-
-/// The cron instants of `rec` after `from`, for the schedule script.
-#[cfg_attr(not(feature = "cron"), allow(unused_variables))]
-fn first_instants(rec: &str, from: i64) -> Result<String, Error> {
-    #[cfg(feature = "cron")]
-    if let Some(expr) = rec.strip_prefix("c,") {
-        return crate::durable::cron_instants(rec, expr, from, 2).map_err(Error::InvalidSchedule);
-    }
-    Err(Error::Unsupported(format!(
-        "schedule record `{rec}` needs the cargo feature `cron`"
-    )))
 }
