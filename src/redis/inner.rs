@@ -310,7 +310,22 @@ impl Inner {
         self.saw_clock(now);
         let mut results = op_results(fields.next_value()?)?.split_off(doubts.len());
         let items = parse_items(fields.next_value()?, &attempt.token)?;
-        let done = self.settle(ops, &mut results).await?;
+        // The claim has leased its items: an op that cannot be settled now
+        // must not lose them. Its lease runs out and it comes back.
+        let done = match self.settle(ops, &mut results).await {
+            Ok(done) => done,
+            Err(error) => {
+                tracing::warn!(queue = %self.name, %error,
+                    "could not finish the ticks sent with a claim; their leases will run out");
+                results
+                    .iter()
+                    .map(|result| match result {
+                        OpResult::Applied(applied) => *applied,
+                        OpResult::NeedsCron { .. } => Applied::Lost,
+                    })
+                    .collect()
+            }
+        };
         Ok(Claim {
             now,
             head: (head >= 0).then_some(head),
