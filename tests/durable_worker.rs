@@ -231,6 +231,7 @@ async fn a_short_lease_is_kept_alive_through_a_long_handler() {
         }
     });
     q.insert_with_id("long", &1, Duration::ZERO).await.unwrap();
+    stats_until(&worker, "running", |s| s.running == 1).await;
     // Another consumer watches: a lapsed lease would hand it the entry.
     let rival = q.take_timeout(Duration::from_millis(2500)).await.unwrap();
     assert!(rival.is_none(), "the lease lapsed: {rival:?}");

@@ -164,7 +164,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             match inner.run::<Value>(&invocation).await? {
                 Value::Int(changed) => return Ok(changed == 1),
                 other => {
-                    let (_, from): (i64, i64) = parse(other)?;
+                    let (code, from): (i64, i64) = parse(other)?;
+                    if code == TAKEN {
+                        return Err(Error::InvalidSchedule(format!(
+                            "the id `{name}` is taken by an entry that is not a schedule's tick"
+                        )));
+                    }
                     cands = cron_instants(&rec, from, 2)?;
                 }
             }
@@ -226,6 +231,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         Ok(out)
     }
 }
+
+/// The schedule script's answer when the name belongs to a plain entry.
+const TAKEN: i64 = -2;
 
 /// The spec users read, from a stored record.
 fn spec_of(rec: &str) -> String {

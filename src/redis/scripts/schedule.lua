@@ -3,10 +3,11 @@
 -- or 'c,<expression>'), value (JSON), cron instants (see next_tick; '' for
 -- none yet), channel.
 -- Returns 1 if created or changed, 0 if the same call was made before
--- (nothing changes), or {-1, now} when a cron schedule needs its instants
--- after `now` (nothing changes). A changed spec moves a pending tick to the
--- new spec's first instant after now; a leased tick keeps running and its
--- ack follows the new spec. A schedule whose tick is missing gets one.
+-- (nothing changes), {-1, now} when a cron schedule needs its instants
+-- after `now` (nothing changes), or {-2, 0} when the name is taken by an
+-- entry that is not a tick (nothing changes). A changed spec moves a
+-- pending tick to the new spec's first instant after now; a leased tick
+-- keeps running and its ack follows the new spec. A schedule whose tick is missing gets one.
 -- Atomic: one tick per schedule exists before and after.
 local err = check_all() or check_seq()
 if err then return err end
@@ -16,7 +17,9 @@ local old = redis.call('HGET', SCHEDULES, name)
 local got = redis.call('HMGET', ENTRIES, 'm:' .. name, 'v:' .. name)
 local e = parse(got[1])
 if e and not e.tick then
-  return redis.error_reply('ERR the id ' .. name .. ' is taken by an entry that is not a tick')
+  -- A reply, not an error reply: the client reports it as an invalid
+  -- schedule, which a generic script error would not tell apart.
+  return {-2, 0}
 end
 if old == rec and got[2] == json and e then return 0 end
 local move = not e or (old ~= rec and e.token == '')

@@ -14,10 +14,14 @@ local function next_tick(rec, instant, since, now, cands)
     local period, policy = string.match(rec, '^e,(%d+),(%a+)$')
     period = tonumber(period)
     local next = instant + period
-    if next > now or policy == 'burst' then return next end
-    if policy == 'skip' then
-      return instant + (math.floor((now - instant) / period) + 1) * period
+    if policy ~= 'delay' then
+      -- Burst and skip stay on the epoch grid. `instant` is off it when
+      -- the spec changed while this tick ran (it lies on the old grid), and
+      -- `instant + period` would keep that phase for good.
+      next = (math.floor(instant / period) + 1) * period
     end
+    if next > now or policy == 'burst' then return next end
+    if policy == 'skip' then return (math.floor(now / period) + 1) * period end
     return (since or now) + period -- delay: the grid moves to the late run
   end
   local ref = math.max(now, instant)
