@@ -110,8 +110,10 @@ fn uniform(max: Duration) -> Duration {
         None => next_random(),
     };
     if max.as_nanos() > u128::from(u64::MAX) {
-        // Beyond 584 years of nanoseconds: scale a fraction of `max`.
-        return max.mul_f64(drawn as f64 / u64::MAX as f64);
+        // Beyond 584 years of nanoseconds: scale a fraction of `max` (in
+        // floating point, which may round past `max`).
+        let secs = max.as_secs_f64() * (drawn as f64 / u64::MAX as f64);
+        return Duration::try_from_secs_f64(secs).map_or(max, |d| d.min(max));
     }
     Duration::from_nanos(drawn)
 }

@@ -29,6 +29,10 @@ pub enum Outcome {
 pub struct Finish<L> {
     pub lease: L,
     pub outcome: Outcome,
+    /// Sent before in a request whose reply was lost: it may have applied
+    /// then, so `Applied::Lost` now says nothing (the worker's business; the
+    /// stores ignore it).
+    pub resent: bool,
 }
 
 /// One entry leased to the worker.
@@ -52,6 +56,9 @@ pub enum Applied {
     Done,
     /// Applied, and the failure sent the entry to the dead letters.
     Dead,
+    /// Not applied yet (a tick's successor could not be computed): send it
+    /// again.
+    Pending,
 }
 
 /// The answer of a claim.
@@ -81,8 +88,8 @@ pub trait Sealed {
     fn poll_interval(&self) -> Duration;
     fn new_attempt(&self) -> Self::Attempt;
     /// Gives up on `attempt`: whatever it may have leased goes back with the
-    /// next claim of the queue's handle.
-    fn abandon(&self, attempt: &Self::Attempt);
+    /// next claim or finish of the queue's handle. `true` if it was in doubt.
+    fn abandon(&self, attempt: &Self::Attempt) -> bool;
     /// The count of the store's announcements of an earlier head (starting
     /// the listener if need be).
     fn kicks(&self) -> watch::Receiver<u64>;

@@ -261,6 +261,7 @@ impl<Q: Durable> WorkerBuilder<Q> {
             counters: Arc::clone(&counters),
             tasks: JoinSet::new(),
             runs: HashMap::new(),
+            by_id: HashMap::new(),
             finished: Vec::new(),
             stopped,
             _outputs: std::marker::PhantomData,
@@ -314,6 +315,8 @@ struct Engine<Q: Durable, H, Fut, E> {
     kicks: watch::Receiver<u64>,
     tasks: JoinSet<RunResult>,
     runs: HashMap<tokio::task::Id, Run<<Q as Sealed>::Lease>>,
+    /// The running handler of each entry id.
+    by_id: HashMap<String, tokio::task::Id>,
     /// Finishes not yet sent.
     finished: Vec<Finish<<Q as Sealed>::Lease>>,
     stopped: watch::Receiver<Option<Duration>>,
@@ -407,21 +410,26 @@ where
                                         self.finished.push(Finish {
                                             lease: taken.lease,
                                             outcome: Outcome::GiveBack { counted: false },
+                                            resent: false,
                                         });
                                     } else {
                                         self.start(&name, taken);
                                     }
                                 }
-                                attempt = Some(claim);
+                                // Every claim has its own token: a delivery can
+                                // only ever finish the lease of its own claim.
+                                drop(claim);
+                                attempt = Some(self.queue.new_attempt());
                             }
                             Err(error) => {
-                                self.failed_request(&name, &error, sent, &mut failing);
+                                self.failed_request(&name, &error, sent, &mut failing, stopping);
                                 if stopping.is_some() {
                                     // Whatever it leased goes back with the
                                     // next request of the handle.
-                                    self.queue.abandon(&claim);
+                                    let _ = self.queue.abandon(&claim);
                                     attempt = Some(self.queue.new_attempt());
                                 } else {
+                                    // Sent again, it returns what it leased.
                                     attempt = Some(claim);
                                 }
                             }
@@ -431,7 +439,9 @@ where
                                 failing.reset();
                                 self.settled(&sent, &done);
                             }
-                            Err(error) => self.failed_request(&name, &error, sent, &mut failing),
+                            Err(error) => {
+                                self.failed_request(&name, &error, sent, &mut failing, stopping);
+                            }
                         },
                     }
                 }
@@ -467,11 +477,13 @@ where
                 }
                 _ = tokio::time::sleep_until(stopping.unwrap_or(now)), if stopping.is_some() && !self.runs.is_empty() => {
                     // Past the grace: drop the rest, give their entries back.
+                    self.by_id.clear();
                     for (_, run) in self.runs.drain() {
                         run.abort.abort();
                         self.finished.push(Finish {
                             lease: run.lease,
                             outcome: Outcome::GiveBack { counted: true },
+                            resent: false,
                         });
                     }
                     self.counters.running.store(0, Ordering::Relaxed);
@@ -479,6 +491,14 @@ where
             }
         }
         self.tasks.abort_all();
+        // A claim whose reply was lost: give back what it may hold now,
+        // rather than after its lease (one more round trip, bounded).
+        if let Some(claim) = attempt {
+            if self.queue.abandon(&claim) {
+                let flush = self.queue.finish(&[]);
+                let _ = tokio::time::timeout(Duration::from_secs(1), flush).await;
+            }
+        }
     }
 
     /// Spawns the handler for `taken`.
@@ -522,7 +542,23 @@ where
             .await;
             outcome.unwrap_or_else(|panic| Err(panic_message(&*panic)))
         };
+        // The store handed this worker an entry it is running: the old run's
+        // lease is lost (its claim's token was replaced), so it stops now
+        // rather than at the next heartbeat.
+        if let Some(old) = self.by_id.get(&id).copied() {
+            if let Some(run) = self.remove_run(old) {
+                run.abort.abort();
+                Counters::bump(&self.counters.lost);
+                tracing::warn!(
+                    queue,
+                    id = run.id,
+                    attempt = run.attempt,
+                    "a job was delivered again while it ran; the old run is dropped"
+                );
+            }
+        }
         let abort = self.tasks.spawn(run.instrument(span));
+        self.by_id.insert(id.clone(), abort.id());
         self.counters.running.fetch_add(1, Ordering::Relaxed);
         self.runs.insert(
             abort.id(),
@@ -553,10 +589,9 @@ where
                 (task, result)
             }
         };
-        let Some(run) = self.runs.remove(&task) else {
+        let Some(run) = self.remove_run(task) else {
             return; // dropped already (lost lease, grace over)
         };
-        self.counters.running.fetch_sub(1, Ordering::Relaxed);
         let outcome = match result {
             Ok(()) => Outcome::Ack,
             Err(reason) => {
@@ -577,21 +612,37 @@ where
         self.finished.push(Finish {
             lease: run.lease,
             outcome,
+            resent: false,
         });
     }
 
     fn forget(&mut self, task: tokio::task::Id) {
-        if self.runs.remove(&task).is_some() {
-            self.counters.running.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.remove_run(task);
     }
 
-    /// Counts what the store made of finishes.
-    fn settled(&self, sent: &[Finish<<Q as Sealed>::Lease>], done: &[Applied]) {
+    /// Takes run `task` out of the books.
+    fn remove_run(&mut self, task: tokio::task::Id) -> Option<Run<<Q as Sealed>::Lease>> {
+        let run = self.runs.remove(&task)?;
+        if self.by_id.get(&run.id) == Some(&task) {
+            self.by_id.remove(&run.id);
+        }
+        self.counters.running.fetch_sub(1, Ordering::Relaxed);
+        Some(run)
+    }
+
+    /// Counts what the store made of finishes; those it could not apply yet
+    /// go with the next request.
+    fn settled(&mut self, sent: &[Finish<<Q as Sealed>::Lease>], done: &[Applied]) {
         for (finish, applied) in sent.iter().zip(done) {
             match (&finish.outcome, applied) {
+                (_, Applied::Pending) => self.finished.push(finish.clone()),
                 (Outcome::Ack, Applied::Done) => Counters::bump(&self.counters.completed),
-                (Outcome::Ack, _) => {
+                // Sent before in a request whose reply was lost: it applied
+                // then (most likely) or its lease was lost; count it done.
+                (Outcome::Ack, Applied::Lost) if finish.resent => {
+                    Counters::bump(&self.counters.completed);
+                }
+                (Outcome::Ack | Outcome::Fail { .. }, Applied::Lost) if !finish.resent => {
                     // The run finished after its lease was lost: its outcome
                     // is discarded (another delivery has the entry).
                     Counters::bump(&self.counters.lost);
@@ -602,14 +653,23 @@ where
         }
     }
 
-    /// A request failed: its finishes go with the next one, after a pause.
+    /// A request failed: its finishes go with the next one, after a pause;
+    /// once a shutdown's grace is over, they are given up (their leases run
+    /// out, and the entries come back then).
     fn failed_request(
         &mut self,
         queue: &str,
         error: &<Q as Sealed>::Error,
         sent: Vec<Finish<<Q as Sealed>::Lease>>,
         failing: &mut Failing,
+        stopping: Option<Instant>,
     ) {
+        if stopping.is_some_and(|grace_over| grace_over <= Instant::now()) {
+            tracing::warn!(queue, %error, unsent = sent.len() + self.finished.len(),
+                "the store is unreachable at shutdown; the leases it holds will run out");
+            self.finished.clear();
+            return;
+        }
         let pause = failing.fail();
         if Q::is_transient(error) {
             tracing::warn!(queue, %error, ?pause, "store unreachable; the worker retries");
@@ -617,6 +677,9 @@ where
             tracing::error!(queue, %error, ?pause, "the store refused a request; the worker retries");
         }
         let mut sent = sent;
+        for finish in &mut sent {
+            finish.resent = true;
+        }
         sent.append(&mut self.finished);
         self.finished = sent;
     }
@@ -640,9 +703,8 @@ where
             if held {
                 continue;
             }
-            if let Some(run) = self.runs.remove(&task) {
+            if let Some(run) = self.remove_run(task) {
                 run.abort.abort();
-                self.counters.running.fetch_sub(1, Ordering::Relaxed);
                 Counters::bump(&self.counters.lost);
                 tracing::warn!(
                     queue,

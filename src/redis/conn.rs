@@ -57,13 +57,16 @@ impl std::fmt::Debug for Current {
     }
 }
 
-/// The state of reconnection: the number of the last connection built, and
-/// when the next attempt may start after failed ones.
+/// The state of reconnection: the number of the last connection built,
+/// when the next attempt may start after failed ones, and how the last of
+/// them failed (a caller that waited behind a failed attempt fails at once
+/// with its error instead of trying again in turn).
 #[derive(Debug, Default)]
 struct Reconnect {
     built: u64,
     backoff: Backoff,
     not_before: Option<Instant>,
+    last_failure: String,
 }
 
 impl Conn {
@@ -125,7 +128,15 @@ impl Conn {
         match reply {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => {
-                if error.is_unrecoverable_error() || error.is_io_error() || error.is_timeout() {
+                // READONLY, MASTERDOWN: this node was demoted or lost its
+                // primary in a failover; a new connection may reach the new
+                // primary (behind a DNS name or a proxy).
+                let demoted = matches!(error.code(), Some("READONLY" | "MASTERDOWN"));
+                if error.is_unrecoverable_error()
+                    || error.is_io_error()
+                    || error.is_timeout()
+                    || demoted
+                {
                     self.retire(number);
                 }
                 Err(Error::Redis(error))
@@ -155,10 +166,22 @@ impl Conn {
         if let Some(current) = self.current.lock().clone() {
             return Ok((current.number, current.conn));
         }
+        // Held only by a caller that is connecting: if it is held now, this
+        // caller waits for that attempt and shares its outcome.
+        let waited = self.connecting.try_lock().is_err();
         let mut reconnect = self.connecting.lock().await;
         // Built by another caller while this one waited for the lock.
         if let Some(current) = self.current.lock().clone() {
             return Ok((current.number, current.conn));
+        }
+        // The attempt this caller waited for failed: fail at once with its
+        // error rather than queue one attempt (of up to a response timeout)
+        // per caller. Nothing was sent, so nothing is in doubt.
+        if waited {
+            return Err(Error::Redis(RedisError::from(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!("no connection to redis: {}", reconnect.last_failure),
+            ))));
         }
         if let Some(not_before) = reconnect.not_before {
             tokio::time::sleep_until(not_before).await;
@@ -188,6 +211,7 @@ impl Conn {
             )),
         };
         reconnect.not_before = Some(Instant::now() + reconnect.backoff.next());
+        reconnect.last_failure = failure.to_string();
         Err(Error::Redis(failure))
     }
 }

@@ -47,8 +47,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQu
         Attempt::new()
     }
 
-    fn abandon(&self, attempt: &Attempt) {
-        self.inner().abandon(attempt);
+    fn abandon(&self, attempt: &Attempt) -> bool {
+        self.inner().abandon(attempt)
     }
 
     fn kicks(&self) -> watch::Receiver<u64> {

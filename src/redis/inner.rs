@@ -63,7 +63,10 @@ pub(crate) struct Op {
     token: Arc<str>,
     ms: u64,
     reason: String,
-    /// The cron instants of a tick's successor, once the script asked.
+    /// A tick's schedule and instant, for the cron instants of its
+    /// successor.
+    tick: Option<Tick>,
+    /// The cron instants of a tick's successor.
     cands: String,
 }
 
@@ -100,6 +103,7 @@ impl Op {
             token: Arc::clone(&lease.token),
             ms,
             reason,
+            tick: lease.tick.clone(),
             cands: String::new(),
         }
     }
@@ -112,6 +116,7 @@ impl Op {
             token: Arc::clone(&doubt.token),
             ms: u64::try_from(doubt.from).unwrap_or(0),
             reason: String::new(),
+            tick: None,
             cands: String::new(),
         }
     }
@@ -132,8 +137,15 @@ impl Op {
 pub struct Held {
     pub(crate) id: String,
     pub(crate) token: Arc<str>,
-    /// A tick's schedule record.
-    pub(crate) tick: Option<Arc<str>>,
+    /// For a schedule's tick: its schedule record and instant.
+    pub(crate) tick: Option<Tick>,
+}
+
+/// A schedule's tick: its schedule's record and its instant (ms).
+#[derive(Debug, Clone)]
+pub(crate) struct Tick {
+    pub(crate) rec: Arc<str>,
+    pub(crate) instant: i64,
 }
 
 /// One entry of a claim.
@@ -169,16 +181,55 @@ pub(crate) struct Claim {
 #[derive(Debug)]
 pub struct Attempt {
     token: Arc<str>,
-    /// Set once a sending's reply was lost: the lower bound of the leases'
-    /// end to recover from.
-    recover: Option<i64>,
+    /// Set while a sending may have run without its reply reaching us (in
+    /// flight, or its reply lost): a lower bound of the end of the leases
+    /// it was granted.
+    in_doubt: Option<i64>,
 }
 
 impl Attempt {
     pub(crate) fn new() -> Attempt {
         Attempt {
             token: new_token(),
-            recover: None,
+            in_doubt: None,
+        }
+    }
+}
+
+/// The releases of claims in doubt that a request carries: put back for the
+/// next request unless this one was answered (they are idempotent).
+struct Releases<'a> {
+    inner: &'a Inner,
+    doubts: Vec<Doubt>,
+    answered: bool,
+}
+
+impl<'a> Releases<'a> {
+    fn take(inner: &'a Inner) -> Releases<'a> {
+        Releases {
+            inner,
+            doubts: std::mem::take(&mut *inner.in_doubt.lock()),
+            answered: false,
+        }
+    }
+
+    fn push_args(&self, invocation: &mut ScriptInvocation<'_>) {
+        for doubt in &self.doubts {
+            Op::release(doubt).push_args(invocation);
+        }
+    }
+
+    /// The request was answered; how many releases it carried.
+    fn sent(mut self) -> usize {
+        self.answered = true;
+        self.doubts.len()
+    }
+}
+
+impl Drop for Releases<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.inner.in_doubt.lock().append(&mut self.doubts);
         }
     }
 }
@@ -258,70 +309,74 @@ impl Inner {
     }
 
     /// Leaves `attempt` for the next claim of this handle to give back.
-    pub(crate) fn abandon(&self, attempt: &Attempt) {
-        if let Some(from) = attempt.recover {
-            self.in_doubt.lock().push(Doubt {
-                token: Arc::clone(&attempt.token),
-                from,
-            });
-        }
+    pub(crate) fn abandon(&self, attempt: &Attempt) -> bool {
+        let Some(from) = attempt.in_doubt else {
+            return false;
+        };
+        self.in_doubt.lock().push(Doubt {
+            token: Arc::clone(&attempt.token),
+            from,
+        });
+        true
     }
 
     /// Sends `attempt` (again, after a lost reply): applies `ops`, then
-    /// leases up to `max` due entries. On an error after which the claim may
-    /// have run, `attempt` is marked for recovery: send it again, or
-    /// [`abandon`](Self::abandon) it.
+    /// leases up to `max` due entries (at most [`MAX_BATCH`]). From the
+    /// moment it is sent until its reply comes, the claim is in doubt: on an
+    /// error after which it may have run, or if this future is dropped,
+    /// send it again or [`abandon`](Self::abandon) it.
     pub(crate) async fn claim(
         &self,
         attempt: &mut Attempt,
         max: usize,
         ops: &[Op],
     ) -> Result<Claim, Error> {
-        let doubts = std::mem::take(&mut *self.in_doubt.lock());
+        let releases = Releases::take(self);
+        let previous = attempt.in_doubt;
+        attempt.in_doubt = Some(previous.unwrap_or_else(|| self.recover_bound()));
         let mut invocation = self.script(&SCRIPTS.claim);
         invocation
-            .arg(max)
+            .arg(max.min(MAX_BATCH))
             .arg(millis(self.lease).max(1))
             .arg(self.max_attempts)
             .arg(&*attempt.token)
-            .arg(attempt.recover.unwrap_or(-1))
+            .arg(previous.unwrap_or(-1))
             .arg(&self.keys.channel)
-            .arg(doubts.len() + ops.len());
-        for op in doubts.iter().map(Op::release).chain(ops.iter().cloned()) {
-            op.push_args(&mut invocation);
+            .arg(releases.doubts.len() + ops.len());
+        releases.push_args(&mut invocation);
+        for op in ops {
+            self.with_cron_instants(op).push_args(&mut invocation);
         }
-        let sent_from = self.recover_bound();
         let kicks = *self.waiter.kicks().borrow();
         let reply: Value = match self.run(&invocation).await {
             Ok(reply) => reply,
             Err(error) => {
-                if error.is_in_doubt() {
-                    attempt.recover.get_or_insert(sent_from);
+                if !error.is_in_doubt() {
+                    attempt.in_doubt = previous;
                 }
-                // Releases are idempotent: they go with the next claim.
-                self.in_doubt.lock().extend(doubts);
                 return Err(error);
             }
         };
-        attempt.recover = None;
+        attempt.in_doubt = None;
+        let released = releases.sent();
         let mut fields = Fields::new(reply, "claim")?;
         let now: i64 = fields.next()?;
         let head: i64 = fields.next()?;
         self.saw_clock(now);
-        let mut results = op_results(fields.next_value()?)?.split_off(doubts.len());
+        let mut results = op_results(fields.next_value()?)?.split_off(released);
         let items = parse_items(fields.next_value()?, &attempt.token)?;
         // The claim has leased its items: an op that cannot be settled now
-        // must not lose them. Its lease runs out and it comes back.
+        // must not lose them; it is reported pending, to be sent again.
         let done = match self.settle(ops, &mut results).await {
             Ok(done) => done,
             Err(error) => {
                 tracing::warn!(queue = %self.name, %error,
-                    "could not finish the ticks sent with a claim; their leases will run out");
+                    "could not finish the ticks sent with a claim; they are sent again");
                 results
                     .iter()
                     .map(|result| match result {
                         OpResult::Applied(applied) => *applied,
-                        OpResult::NeedsCron { .. } => Applied::Lost,
+                        OpResult::NeedsCron { .. } => Applied::Pending,
                     })
                     .collect()
             }
@@ -333,6 +388,22 @@ impl Inner {
             items,
             kicks,
         })
+    }
+
+    /// `op`, with the cron instants its tick's successor will need sent
+    /// along (from the tick's instant, or the server's clock as last seen
+    /// if later), so the script rarely has to ask for them.
+    fn with_cron_instants(&self, op: &Op) -> Op {
+        let mut op = op.clone();
+        if let Some(tick) = op.tick.take() {
+            if op.cands.is_empty() && tick.rec.starts_with("c,") {
+                let seen = i64::try_from(self.server_now.load(Ordering::Relaxed)).unwrap_or(0);
+                let from = tick.instant.max(seen - 1000);
+                // Without them the script asks, and `settle` answers.
+                op.cands = cron_instants(&tick.rec, from, 4).unwrap_or_default();
+            }
+        }
+        op
     }
 
     /// Whether each op applied, after sending again (with their cron
@@ -352,7 +423,7 @@ impl Inner {
             if again.is_empty() {
                 break;
             }
-            let answers = self.finish_once(&again).await?;
+            let answers = self.finish_once(&again, false).await?;
             for (i, answer) in at.into_iter().zip(answers) {
                 results[i] = answer;
             }
@@ -368,26 +439,33 @@ impl Inner {
             .collect()
     }
 
-    /// Applies `ops` without claiming.
+    /// Applies `ops` without claiming (and gives back what claims in doubt
+    /// hold).
     pub(crate) async fn finish(&self, ops: &[Op]) -> Result<Vec<Applied>, Error> {
-        let mut results = self.finish_once(ops).await?;
+        let mut results = self.finish_once(ops, true).await?;
         self.settle(ops, &mut results).await
     }
 
-    async fn finish_once(&self, ops: &[Op]) -> Result<Vec<OpResult>, Error> {
+    async fn finish_once(&self, ops: &[Op], release: bool) -> Result<Vec<OpResult>, Error> {
+        let releases = release.then(|| Releases::take(self));
         let mut invocation = self.script(&SCRIPTS.finish);
+        let doubts = releases.as_ref().map_or(0, |r| r.doubts.len());
         invocation
             .arg(self.max_attempts)
             .arg(&self.keys.channel)
-            .arg(ops.len());
+            .arg(doubts + ops.len());
+        if let Some(releases) = &releases {
+            releases.push_args(&mut invocation);
+        }
         for op in ops {
-            op.push_args(&mut invocation);
+            self.with_cron_instants(op).push_args(&mut invocation);
         }
         let reply: Value = self.run(&invocation).await?;
+        let released = releases.map_or(0, Releases::sent);
         let mut fields = Fields::new(reply, "finish")?;
         let now: i64 = fields.next()?;
         self.saw_clock(now);
-        op_results(fields.next_value()?)
+        Ok(op_results(fields.next_value()?)?.split_off(released))
     }
 
     /// A lower bound of the end of any lease a claim sent now is granted.
@@ -467,7 +545,10 @@ fn parse_items(items: Value, token: &Arc<str>) -> Result<Vec<Claimed>, Error> {
                 held: Held {
                     id,
                     token: Arc::clone(token),
-                    tick: (!rec.is_empty()).then(|| Arc::from(rec)),
+                    tick: (!rec.is_empty()).then(|| Tick {
+                        rec: Arc::from(rec),
+                        instant: deadline,
+                    }),
                 },
                 json,
                 attempt,
@@ -533,6 +614,10 @@ fn new_token() -> Arc<str> {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     Arc::from(format!("{:016x}{n:x}", *PROCESS))
 }
+
+/// The most entries one claim takes: a script holds the whole server while
+/// it runs, so a batch stays a few milliseconds long.
+pub(crate) const MAX_BATCH: usize = 1024;
 
 /// The most a millisecond count can be (about 142,000 years): every score
 /// stays an exact integer in a Lua double.

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::builder::RedisQueueBuilder;
 use super::delivery::Delivery;
 use super::error::{Error, check_id};
-use super::inner::{Attempt, Claim, Claimed, Inner, Op, millis, system_time};
+use super::inner::{Attempt, Claim, Claimed, Inner, MAX_BATCH, Op, millis, system_time};
 use super::scripts::SCRIPTS;
 use super::wait::Backoff;
 use super::{DeadLetter, RedisStats};
@@ -644,7 +644,7 @@ struct Abandon<'a>(&'a Inner, Attempt);
 
 impl Drop for Abandon<'_> {
     fn drop(&mut self) {
-        self.0.abandon(&self.1);
+        let _ = self.0.abandon(&self.1);
     }
 }
 
@@ -673,10 +673,6 @@ async fn wait_within(parked: impl Future<Output = ()>, until: Option<Instant>) -
         Some(until) => tokio::time::timeout_at(until, parked).await.is_ok(),
     }
 }
-
-/// The most entries one claim takes: a script holds the whole server while
-/// it runs, so a batch stays a few milliseconds long.
-const MAX_BATCH: usize = 1024;
 
 /// The most dead letters one call lists (an integer Lua keeps exact).
 const MAX_LIST: usize = 1 << 31;

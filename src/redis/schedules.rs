@@ -145,6 +145,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     #[cfg(feature = "cron")]
     pub async fn schedule_cron(&self, name: &str, expr: &str, value: &T) -> Result<bool, Error> {
         check_id(name)?;
+        if expr.chars().any(char::is_control) {
+            return Err(Error::InvalidSchedule(format!(
+                "{expr:?}: a cron expression is one line without control characters"
+            )));
+        }
         crate::cron::CronExpr::parse(expr).map_err(Error::InvalidSchedule)?;
         self.upsert(name, format!("c,{expr}"), value).await
     }

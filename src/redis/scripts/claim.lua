@@ -39,8 +39,13 @@ if recover >= 0 then
     local e = held(id, token)
     if e then
       local rec = e.tick and redis.call('HGET', SCHEDULES, id)
+      -- Only a cron tick is leased past the limit: to be buried.
+      local why = nil
+      if limit > 0 and e.attempt > limit then
+        why = 'not acked after ' .. limit .. ' deliveries'
+      end
       items[#items + 1] = item(id, redis.call('HGET', ENTRIES, 'v:' .. id), e,
-        tonumber(leased[i + 1]), rec)
+        tonumber(leased[i + 1]), rec, why)
     end
   end
   if #items > 0 then
