@@ -24,15 +24,21 @@
 //! 4. requests per job as the clients sent them, through a counting TCP
 //!    proxy (2,000 entries due at once, and workload 3, which also runs
 //!    through the proxy: it adds tens of µs to millisecond lateness);
-//! 5. requests per second that 8 consumers make on an empty queue.
+//! 5. requests per second that 8 consumers make on an empty queue;
+//! 6. to 9. the durable `Worker` (`concurrency(8)`) and `insert_many`
+//!    against the same baseline: drain jobs/s, lateness while producers
+//!    insert, inserts/s in chunks of 256, server commands per job by
+//!    command (see `redis/worker.rs`).
 //!
-//! `cargo bench --all-features --bench redis` prints progress and a
-//! markdown table. `REDIS_BENCH_SCALING=1` adds a drain run with 1, 8, 32
+//! `cargo bench --all-features --bench redis` prints progress and two
+//! markdown tables. `REDIS_BENCH_SCALING=1` adds a drain run with 1, 8, 32
 //! and 64 consumers.
 
 #[allow(dead_code)] // the tests use the rest of it
 #[path = "../tests/common/redis_server.rs"]
 mod redis_server;
+#[path = "redis/worker.rs"]
+mod worker;
 
 use punctual::redis::RedisQueue;
 use punctual::redis::client as rc;
@@ -1063,6 +1069,8 @@ async fn bench(server: &RedisServer) {
             cell(&breakdown[2])
         );
     }
+
+    worker::bench(&url, &mut ctl).await;
 
     if std::env::var_os("REDIS_BENCH_SCALING").is_some() {
         println!("\n## Drain of {DRAIN_N} by consumer count (jobs/s, median of 3)\n");
