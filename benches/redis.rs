@@ -31,7 +31,8 @@
 //!    command (see `redis/worker.rs`).
 //!
 //! `cargo bench --all-features --bench redis` prints progress and two
-//! markdown tables. `REDIS_BENCH_SCALING=1` adds a drain run with 1, 8, 32
+//! markdown tables. `REDIS_BENCH_ONLY=worker` runs workloads 6 to 9 alone.
+//! `REDIS_BENCH_SCALING=1` adds a drain run with 1, 8, 32
 //! and 64 consumers.
 
 #[allow(dead_code)] // the tests use the rest of it
@@ -908,6 +909,11 @@ async fn bench(server: &RedisServer) {
         .expect("control connection");
     let proxy = Proxy::start(SocketAddr::from((Ipv4Addr::LOCALHOST, server.port()))).await;
     let url = server.url();
+    if std::env::var("REDIS_BENCH_ONLY").as_deref() == Ok("worker") {
+        // Workloads 6 to 9 alone, for a quick look at the worker.
+        worker::bench(&url, &mut ctl).await;
+        return;
+    }
 
     // 1. inserts
     let mut insert = Metric::new(

@@ -10,7 +10,7 @@
 //! places came free). Counters shared with [`Worker::stats`] are atomics
 //! written only by the engine.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -262,6 +262,7 @@ impl<Q: Durable> WorkerBuilder<Q> {
             tasks: JoinSet::new(),
             runs: HashMap::new(),
             by_id: HashMap::new(),
+            prefetched: VecDeque::new(),
             finished: Vec::new(),
             stopped,
             _outputs: std::marker::PhantomData,
@@ -302,8 +303,14 @@ enum Reply<T, L, A, E> {
     },
 }
 
-type Extension<E> =
-    Pin<Box<dyn Future<Output = (Result<Vec<bool>, E>, Vec<tokio::task::Id>)> + Send>>;
+type Extension<E> = Pin<Box<dyn Future<Output = (Result<Vec<bool>, E>, Vec<Holder>)> + Send>>;
+
+/// Who holds a lease the worker extends.
+#[derive(Debug)]
+enum Holder {
+    Run(tokio::task::Id),
+    Prefetched(String),
+}
 
 struct Engine<Q: Durable, H, Fut, E> {
     queue: Q,
@@ -317,6 +324,9 @@ struct Engine<Q: Durable, H, Fut, E> {
     runs: HashMap<tokio::task::Id, Run<<Q as Sealed>::Lease>>,
     /// The running handler of each entry id.
     by_id: HashMap<String, tokio::task::Id>,
+    /// Entries claimed ahead, not started yet (their leases are extended
+    /// with the running ones').
+    prefetched: VecDeque<Taken<<Q as Sealed>::Value, <Q as Sealed>::Lease>>,
     /// Finishes not yet sent.
     finished: Vec<Finish<<Q as Sealed>::Lease>>,
     stopped: watch::Receiver<Option<Duration>>,
@@ -353,20 +363,43 @@ where
         let mut detached = false;
         loop {
             let now = Instant::now();
+            // Prefetched entries start as soon as a place is free.
+            while self.runs.len() < self.concurrency && stopping.is_none() {
+                let Some(taken) = self.prefetched.pop_front() else {
+                    break;
+                };
+                if self.runs.is_empty() {
+                    next_beat = deadline_after(Instant::now(), beat);
+                }
+                self.start(&name, taken);
+            }
             let free = self.concurrency.saturating_sub(self.runs.len());
+            // The worker holds up to twice `concurrency` (running and
+            // prefetched), so handlers start while the next claim is on its
+            // way. It claims a whole batch at a time, as soon as a free place
+            // has nothing to start, or to send finishes.
+            let room = (2 * self.concurrency)
+                .saturating_sub(self.runs.len() + self.prefetched.len());
+            let starving = free > 0 && self.prefetched.is_empty();
             if request.is_none() && failing.retry_at.is_none_or(|at| at <= now) {
-                if stopping.is_none() && free > 0 && (due || !self.finished.is_empty()) {
+                // Finishes never wait for a batch: a finished run's lease is
+                // no longer extended.
+                let claim_now = stopping.is_none()
+                    && room > 0
+                    && ((due && (room >= self.concurrency || starving))
+                        || !self.finished.is_empty());
+                if claim_now {
                     let queue = self.queue.clone();
                     let sent = std::mem::take(&mut self.finished);
                     let mut claim = attempt.take().expect("one claim at a time");
                     self.kicks.borrow_and_update();
                     request = Some(Box::pin(async move {
-                        let result = queue.claim(&mut claim, free, &sent).await;
+                        let result = queue.claim(&mut claim, room, &sent).await;
                         Reply::Claim {
                             result,
                             attempt: claim,
                             sent,
-                            asked: free,
+                            asked: room,
                         }
                     }));
                 } else if !self.finished.is_empty() {
@@ -385,7 +418,7 @@ where
             {
                 break;
             }
-            let waiting = request.is_none() && stopping.is_none() && free > 0 && !due;
+            let waiting = request.is_none() && stopping.is_none() && starving && !due;
             let wake = next_due.min(deadline_after(now, self.queue.poll_interval()));
             tokio::select! {
                 reply = async { request.as_mut().expect("checked").await }, if request.is_some() => {
@@ -401,20 +434,9 @@ where
                                 if next_due <= Instant::now() {
                                     due = true;
                                 }
-                                if self.runs.is_empty() {
-                                    next_beat = deadline_after(Instant::now(), beat);
-                                }
-                                for taken in batch.taken {
-                                    if stopping.is_some() {
-                                        // Taken but not started: back, uncounted.
-                                        self.finished.push(Finish {
-                                            lease: taken.lease,
-                                            outcome: Outcome::GiveBack { counted: false },
-                                            resent: false,
-                                        });
-                                    } else {
-                                        self.start(&name, taken);
-                                    }
+                                self.prefetched.extend(batch.taken);
+                                if stopping.is_some() {
+                                    self.give_back_prefetched();
                                 }
                                 // Every claim has its own token: a delivery can
                                 // only ever finish the lease of its own claim.
@@ -452,10 +474,14 @@ where
                     extension = None;
                     self.extended(&name, result, ids);
                 }
-                _ = tokio::time::sleep_until(next_beat), if extension.is_none() && !self.runs.is_empty() => {
+                _ = tokio::time::sleep_until(next_beat), if extension.is_none() && !(self.runs.is_empty() && self.prefetched.is_empty()) => {
                     next_beat = deadline_after(Instant::now(), beat);
-                    let ids: Vec<_> = self.runs.keys().copied().collect();
-                    let leases: Vec<_> = ids.iter().map(|id| self.runs[id].lease.clone()).collect();
+                    let mut ids: Vec<Holder> = self.runs.keys().copied().map(Holder::Run).collect();
+                    let mut leases: Vec<_> = self.runs.values().map(|run| run.lease.clone()).collect();
+                    for taken in &self.prefetched {
+                        ids.push(Holder::Prefetched(taken.id.clone()));
+                        leases.push(taken.lease.clone());
+                    }
                     let queue = self.queue.clone();
                     extension = Some(Box::pin(async move {
                         (queue.extend(&leases, lease).await, ids)
@@ -473,6 +499,9 @@ where
                             stopping = Some(deadline_after(Instant::now(), grace));
                         }
                         Err(_) => detached = true,
+                    }
+                    if stopping.is_some() {
+                        self.give_back_prefetched();
                     }
                 }
                 _ = tokio::time::sleep_until(stopping.unwrap_or(now)), if stopping.is_some() && !self.runs.is_empty() => {
@@ -569,6 +598,17 @@ where
                 abort,
             },
         );
+    }
+
+    /// Taken but not started: back in the queue at once, no attempt counted.
+    fn give_back_prefetched(&mut self) {
+        for taken in self.prefetched.drain(..) {
+            self.finished.push(Finish {
+                lease: taken.lease,
+                outcome: Outcome::GiveBack { counted: false },
+                resent: false,
+            });
+        }
     }
 
     /// A handler's task ended: its outcome becomes a finish to send.
@@ -689,7 +729,7 @@ where
         &mut self,
         queue: &str,
         result: Result<Vec<bool>, <Q as Sealed>::Error>,
-        ids: Vec<tokio::task::Id>,
+        holders: Vec<Holder>,
     ) {
         let held = match result {
             Ok(held) => held,
@@ -699,10 +739,16 @@ where
                 return;
             }
         };
-        for (task, held) in ids.into_iter().zip(held) {
-            if held {
-                continue;
-            }
+        for (holder, held) in holders.into_iter().zip(held) {
+            let task = match holder {
+                _ if held => continue,
+                Holder::Run(task) => task,
+                Holder::Prefetched(id) => {
+                    // Lost before it started: it is simply not run.
+                    self.prefetched.retain(|taken| taken.id != id);
+                    continue;
+                }
+            };
             if let Some(run) = self.remove_run(task) {
                 run.abort.abort();
                 Counters::bump(&self.counters.lost);

@@ -12,6 +12,22 @@ local old_head = head()
 local e = check_seq()
 if e then return e end
 local seq = tonumber(redis.call('GET', SEQ) or '0')
+-- Every id given, and the ids the generated ones will most likely get,
+-- looked up in one read.
+local probe, generated = {}, 0
+for i = 0, n - 1 do
+  local id = ARGV[3 + 4 * i]
+  if id == '' then
+    generated = generated + 1
+    id = '#' .. int(seq + generated)
+  end
+  probe[i + 1] = 'm:' .. id
+end
+local found = hmget_sliced(ENTRIES, probe)
+local exists = {}
+for i = 1, n do
+  if found[i] then exists[string.sub(probe[i], 3)] = true end
+end
 local out, fields, members, taken, earliest = {}, {}, {}, {}, nil
 for i = 0, n - 1 do
   local o = 3 + 4 * i
@@ -22,8 +38,10 @@ for i = 0, n - 1 do
     repeat
       seq = seq + 1
       id = '#' .. int(seq)
-    until not taken[id] and redis.call('HEXISTS', ENTRIES, 'm:' .. id) == 0
-  elseif taken[id] or redis.call('HEXISTS', ENTRIES, 'm:' .. id) == 1 then
+      -- Beyond the ids probed above (after a collision), ask one by one.
+    until not taken[id] and not exists[id]
+      and (probe[i + 1] == 'm:' .. id or redis.call('HEXISTS', ENTRIES, 'm:' .. id) == 0)
+  elseif taken[id] or exists[id] then
     fresh = false
   else
     seq = seq + 1
@@ -34,7 +52,7 @@ for i = 0, n - 1 do
     taken[id] = true
     local member = string.format('%016x', seq) .. id
     fields[#fields + 1] = 'm:' .. id
-    fields[#fields + 1] = record({attempt = 0, token = '', member = member})
+    fields[#fields + 1] = '0,,,,,' .. member
     fields[#fields + 1] = 'v:' .. id
     fields[#fields + 1] = ARGV[o + 1]
     members[#members + 1] = at
@@ -44,12 +62,7 @@ for i = 0, n - 1 do
 end
 if #members == 0 then return out end
 redis.call('SET', SEQ, int(seq))
--- In slices: a Lua call takes a few thousand arguments at most.
-for i = 1, #fields, 4000 do
-  redis.call('HSET', ENTRIES, unpack(fields, i, math.min(i + 3999, #fields)))
-end
-for i = 1, #members, 4000 do
-  redis.call('ZADD', SCHEDULE, unpack(members, i, math.min(i + 3999, #members)))
-end
+call_sliced('HSET', ENTRIES, fields)
+call_sliced('ZADD', SCHEDULE, members)
 announce(channel, earliest, old_head)
 return out

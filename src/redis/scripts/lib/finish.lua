@@ -67,17 +67,45 @@ end
 
 -- Applies the ops in ARGV from `at` on (6 fields each: kind, id, token, ms,
 -- reason, cands), after checking the type of every key they may write.
+-- Plain acks (most of a worker's ops) are applied together: their records
+-- are read in one HMGET and their deletes are one command per key.
 -- Returns their results, or an error reply before any write.
 local function finish_all(at, n, now, limit, channel)
   if n == 0 then return {} end
+  local fields = {}
+  for i = 0, n - 1 do
+    fields[i + 1] = 'm:' .. ARGV[at + 6 * i + 1]
+  end
+  -- Reads ENTRIES (a key of another type fails here, before any write).
+  local records = hmget_sliced(ENTRIES, fields)
   local e = ensure(SCHEDULE, 'zset') or ensure(LEASES, 'zset') or ensure(DEAD, 'zset')
     or check_seq() or ensure(SCHEDULES, 'hash')
   if e then return nil, e end
   local results = {}
+  local members, ids, gone = {}, {}, {}
   for i = 0, n - 1 do
     local o = at + 6 * i
-    results[i + 1] = finish(ARGV[o], ARGV[o + 1], ARGV[o + 2], tonumber(ARGV[o + 3]),
-      ARGV[o + 4], ARGV[o + 5], now, limit, channel)
+    local kind, id, token = ARGV[o], ARGV[o + 1], ARGV[o + 2]
+    local record = parse(records[i + 1])
+    if kind == 'a' and record and not record.tick then
+      if token ~= '' and record.token == token then
+        members[#members + 1] = record.member
+        ids[#ids + 1] = id
+        gone[#gone + 1] = 'm:' .. id
+        gone[#gone + 1] = 'v:' .. id
+        results[i + 1] = 1
+      else
+        results[i + 1] = 0
+      end
+    else
+      results[i + 1] = finish(kind, id, token, tonumber(ARGV[o + 3]), ARGV[o + 4],
+        ARGV[o + 5], now, limit, channel)
+    end
+  end
+  if #ids > 0 then
+    call_sliced('ZREM', SCHEDULE, members)
+    call_sliced('ZREM', LEASES, ids)
+    call_sliced('HDEL', ENTRIES, gone)
   end
   return results
 end

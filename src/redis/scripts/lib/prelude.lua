@@ -50,3 +50,21 @@ local function record(e)
   return int(e.attempt) .. ',' .. e.token .. ',' .. opt(e.since) .. ','
     .. opt(e.deadline) .. ',' .. opt(e.tick) .. ',' .. e.member
 end
+
+-- `cmd key ...list`, in slices: a Lua call takes a few thousand arguments
+-- at most.
+local function call_sliced(cmd, key, list)
+  for i = 1, #list, 4000 do
+    redis.call(cmd, key, unpack(list, i, math.min(i + 3999, #list)))
+  end
+end
+
+-- HMGET of `fields` of `key`, in slices.
+local function hmget_sliced(key, fields)
+  local out = {}
+  for i = 1, #fields, 4000 do
+    local got = redis.call('HMGET', key, unpack(fields, i, math.min(i + 3999, #fields)))
+    for j = 1, #got do out[i + j - 1] = got[j] end
+  end
+  return out
+end
