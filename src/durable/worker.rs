@@ -1,11 +1,11 @@
 //! [`Worker`]: runs a handler for each due entry of a durable queue.
 //!
 //! Ground rules. One task (the *engine*) owns everything: the handlers it
-//! spawned (a `JoinSet`, keyed by task id), the finishes not yet sent, and
-//! at most one request to the store in flight for claims and finishes and
-//! one for lease extensions. A request in flight is never dropped while
-//! the engine waits for other events: it is a boxed future polled to its
-//! end, so a reply is never lost by the worker itself. Finishes ride with
+//! spawned (a `JoinSet`, keyed by task id), the entries claimed ahead, the
+//! finishes not yet sent, at most two requests to the store in flight for
+//! claims and finishes and one for lease extensions. A request in flight is
+//! never dropped while the engine waits for other events: it is a boxed
+//! future polled to its end, so a reply is never lost by the worker itself. Finishes ride with
 //! the next claim (one round trip acks what finished and takes as many as
 //! places came free). Counters shared with [`Worker::stats`] are atomics
 //! written only by the engine.
@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use futures::FutureExt;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle, JoinSet};
 use tokio::time::Instant;
@@ -284,6 +285,10 @@ struct Run<L> {
     id: String,
     attempt: u32,
     abort: AbortHandle,
+    /// Aborted (its lease was lost): it keeps its place until its task has
+    /// ended, so two runs of one entry never overlap, and its outcome is
+    /// discarded.
+    dropped: bool,
 }
 
 /// A request to the store in flight.
@@ -350,8 +355,13 @@ where
         let name = self.queue.queue_name().to_owned();
         let lease = self.queue.lease_duration();
         let beat = (lease / 3).max(Duration::from_millis(1));
-        let mut attempt = Some(self.queue.new_attempt());
-        let mut request: Option<Req<Q>> = None;
+        // Claims sent again after a lost reply keep their attempt.
+        let mut resend: Vec<<Q as Sealed>::Attempt> = Vec::new();
+        // Up to two requests in flight: while the store runs one, the worker
+        // reads the other's reply and starts its handlers.
+        let mut requests: FuturesUnordered<Req<Q>> = FuturesUnordered::new();
+        // Entries asked for by the claims in flight.
+        let mut reserved = 0;
         let mut extension: Option<Extension<<Q as Sealed>::Error>> = None;
         let mut next_beat = deadline_after(Instant::now(), beat);
         // Whether entries may be due now; else wait until `next_due`.
@@ -363,11 +373,20 @@ where
         let mut detached = false;
         loop {
             let now = Instant::now();
-            // Prefetched entries start as soon as a place is free.
+            // Prefetched entries start as soon as a place is free; one whose
+            // entry still runs here (delivered again: the old run's lease is
+            // lost) waits until the old run has stopped.
+            let mut at = 0;
             while self.runs.len() < self.concurrency && stopping.is_none() {
-                let Some(taken) = self.prefetched.pop_front() else {
+                let Some(taken) = self.prefetched.get(at) else {
                     break;
                 };
+                if let Some(old) = self.by_id.get(&taken.id).copied() {
+                    self.drop_run(&name, old, "delivered again while it ran");
+                    at += 1;
+                    continue;
+                }
+                let taken = self.prefetched.remove(at).expect("looked at");
                 if self.runs.is_empty() {
                     next_beat = deadline_after(Instant::now(), beat);
                 }
@@ -379,9 +398,9 @@ where
             // way. It claims a whole batch at a time, as soon as a free place
             // has nothing to start, or to send finishes.
             let room = (2 * self.concurrency)
-                .saturating_sub(self.runs.len() + self.prefetched.len());
-            let starving = free > 0 && self.prefetched.is_empty();
-            if request.is_none() && failing.retry_at.is_none_or(|at| at <= now) {
+                .saturating_sub(self.runs.len() + self.prefetched.len() + reserved);
+            let starving = free > 0 && self.prefetched.is_empty() && reserved == 0;
+            if requests.len() < MAX_IN_FLIGHT && failing.retry_at.is_none_or(|at| at <= now) {
                 // Finishes never wait for a batch: a finished run's lease is
                 // no longer extended.
                 let claim_now = stopping.is_none()
@@ -391,9 +410,10 @@ where
                 if claim_now {
                     let queue = self.queue.clone();
                     let sent = std::mem::take(&mut self.finished);
-                    let mut claim = attempt.take().expect("one claim at a time");
+                    let mut claim = resend.pop().unwrap_or_else(|| self.queue.new_attempt());
                     self.kicks.borrow_and_update();
-                    request = Some(Box::pin(async move {
+                    reserved += room;
+                    requests.push(Box::pin(async move {
                         let result = queue.claim(&mut claim, room, &sent).await;
                         Reply::Claim {
                             result,
@@ -405,7 +425,7 @@ where
                 } else if !self.finished.is_empty() {
                     let queue = self.queue.clone();
                     let sent = std::mem::take(&mut self.finished);
-                    request = Some(Box::pin(async move {
+                    requests.push(Box::pin(async move {
                         let result = queue.finish(&sent).await;
                         Reply::Finish { result, sent }
                     }));
@@ -414,18 +434,18 @@ where
             if stopping.is_some()
                 && self.runs.is_empty()
                 && self.finished.is_empty()
-                && request.is_none()
+                && requests.is_empty()
             {
                 break;
             }
-            let waiting = request.is_none() && stopping.is_none() && starving && !due;
+            let waiting = requests.is_empty() && stopping.is_none() && starving && !due;
             let wake = next_due.min(deadline_after(now, self.queue.poll_interval()));
             tokio::select! {
-                reply = async { request.as_mut().expect("checked").await }, if request.is_some() => {
-                    request = None;
+                Some(reply) = requests.next(), if !requests.is_empty() => {
                     match reply {
                         Reply::Claim { result, attempt: claim, sent, asked } => match result {
                             Ok(batch) => {
+                                reserved -= asked;
                                 failing.reset();
                                 self.settled(&sent, &batch.done);
                                 // A full batch: more may be due at once.
@@ -441,18 +461,17 @@ where
                                 // Every claim has its own token: a delivery can
                                 // only ever finish the lease of its own claim.
                                 drop(claim);
-                                attempt = Some(self.queue.new_attempt());
                             }
                             Err(error) => {
+                                reserved -= asked;
                                 self.failed_request(&name, &error, sent, &mut failing, stopping);
                                 if stopping.is_some() {
                                     // Whatever it leased goes back with the
                                     // next request of the handle.
                                     let _ = self.queue.abandon(&claim);
-                                    attempt = Some(self.queue.new_attempt());
                                 } else {
                                     // Sent again, it returns what it leased.
-                                    attempt = Some(claim);
+                                    resend.push(claim);
                                 }
                             }
                         },
@@ -476,8 +495,12 @@ where
                 }
                 _ = tokio::time::sleep_until(next_beat), if extension.is_none() && !(self.runs.is_empty() && self.prefetched.is_empty()) => {
                     next_beat = deadline_after(Instant::now(), beat);
-                    let mut ids: Vec<Holder> = self.runs.keys().copied().map(Holder::Run).collect();
-                    let mut leases: Vec<_> = self.runs.values().map(|run| run.lease.clone()).collect();
+                    let mut ids = Vec::new();
+                    let mut leases = Vec::new();
+                    for (task, run) in self.runs.iter().filter(|(_, run)| !run.dropped) {
+                        ids.push(Holder::Run(*task));
+                        leases.push(run.lease.clone());
+                    }
                     for taken in &self.prefetched {
                         ids.push(Holder::Prefetched(taken.id.clone()));
                         leases.push(taken.lease.clone());
@@ -489,7 +512,7 @@ where
                 }
                 _ = self.kicks.changed(), if waiting => due = true,
                 _ = tokio::time::sleep_until(wake), if waiting => due = true,
-                _ = tokio::time::sleep_until(failing.retry_at.unwrap_or(now)), if failing.retry_at.is_some() && request.is_none() => {
+                _ = tokio::time::sleep_until(failing.retry_at.unwrap_or(now)), if failing.retry_at.is_some() && requests.len() < MAX_IN_FLIGHT => {
                     failing.retry_at = None;
                 }
                 changed = self.stopped.changed(), if stopping.is_none() && !detached => {
@@ -520,13 +543,15 @@ where
             }
         }
         self.tasks.abort_all();
-        // A claim whose reply was lost: give back what it may hold now,
-        // rather than after its lease (one more round trip, bounded).
-        if let Some(claim) = attempt {
-            if self.queue.abandon(&claim) {
-                let flush = self.queue.finish(&[]);
-                let _ = tokio::time::timeout(Duration::from_secs(1), flush).await;
-            }
+        // Claims whose reply was lost: give back what they may hold now,
+        // rather than after their lease (one more round trip, bounded).
+        let mut abandoned = false;
+        for claim in resend {
+            abandoned |= self.queue.abandon(&claim);
+        }
+        if abandoned {
+            let flush = self.queue.finish(&[]);
+            let _ = tokio::time::timeout(Duration::from_secs(1), flush).await;
         }
     }
 
@@ -571,21 +596,6 @@ where
             .await;
             outcome.unwrap_or_else(|panic| Err(panic_message(&*panic)))
         };
-        // The store handed this worker an entry it is running: the old run's
-        // lease is lost (its claim's token was replaced), so it stops now
-        // rather than at the next heartbeat.
-        if let Some(old) = self.by_id.get(&id).copied() {
-            if let Some(run) = self.remove_run(old) {
-                run.abort.abort();
-                Counters::bump(&self.counters.lost);
-                tracing::warn!(
-                    queue,
-                    id = run.id,
-                    attempt = run.attempt,
-                    "a job was delivered again while it ran; the old run is dropped"
-                );
-            }
-        }
         let abort = self.tasks.spawn(run.instrument(span));
         self.by_id.insert(id.clone(), abort.id());
         self.counters.running.fetch_add(1, Ordering::Relaxed);
@@ -596,6 +606,7 @@ where
                 id,
                 attempt,
                 abort,
+                dropped: false,
             },
         );
     }
@@ -630,8 +641,11 @@ where
             }
         };
         let Some(run) = self.remove_run(task) else {
-            return; // dropped already (lost lease, grace over)
+            return; // given back at the end of a shutdown's grace
         };
+        if run.dropped {
+            return; // its lease was lost: the outcome is discarded
+        }
         let outcome = match result {
             Ok(()) => Outcome::Ack,
             Err(reason) => {
@@ -658,6 +672,27 @@ where
 
     fn forget(&mut self, task: tokio::task::Id) {
         self.remove_run(task);
+    }
+
+    /// Drops run `task` at its next await (its lease was lost); it keeps its
+    /// place until its task has ended.
+    fn drop_run(&mut self, queue: &str, task: tokio::task::Id, why: &str) {
+        let Some(run) = self.runs.get_mut(&task) else {
+            return;
+        };
+        if run.dropped {
+            return;
+        }
+        run.dropped = true;
+        run.abort.abort();
+        Counters::bump(&self.counters.lost);
+        tracing::warn!(
+            queue,
+            id = run.id,
+            attempt = run.attempt,
+            why,
+            "a job's lease was lost; its handler is dropped"
+        );
     }
 
     /// Takes run `task` out of the books.
@@ -749,19 +784,13 @@ where
                     continue;
                 }
             };
-            if let Some(run) = self.remove_run(task) {
-                run.abort.abort();
-                Counters::bump(&self.counters.lost);
-                tracing::warn!(
-                    queue,
-                    id = run.id,
-                    attempt = run.attempt,
-                    "a job's lease was lost; its handler is dropped"
-                );
-            }
+            self.drop_run(queue, task, "an extension found it lost");
         }
     }
 }
+
+/// Requests (claims, finishes) a worker has in flight at most.
+const MAX_IN_FLIGHT: usize = 2;
 
 /// Capped back-off between failed requests: 10 ms, 20 ms, ... up to 1 s.
 #[derive(Debug, Default)]
