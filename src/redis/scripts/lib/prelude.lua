@@ -42,13 +42,14 @@ local function parse(record)
 end
 
 local function opt(n)
-  if n then return int(n) end
+  if n then return string.format('%d', n) end
   return ''
 end
 
+-- One string.format, not a chain of `..` (each of which makes a string).
 local function record(e)
-  return int(e.attempt) .. ',' .. e.token .. ',' .. opt(e.since) .. ','
-    .. opt(e.deadline) .. ',' .. opt(e.tick) .. ',' .. e.member
+  return string.format('%d,%s,%s,%s,%s,%s', e.attempt, e.token, opt(e.since),
+    opt(e.deadline), opt(e.tick), e.member)
 end
 
 -- `cmd key ...list`, in slices: a Lua call takes a few thousand arguments
