@@ -46,10 +46,11 @@ local function opt(n)
   return ''
 end
 
--- One string.format, not a chain of `..` (each of which makes a string).
+-- Joined with `..`: Lua 5.1's `string.format('%s')` stops at a NUL byte,
+-- which an id may hold.
 local function record(e)
-  return string.format('%d,%s,%s,%s,%s,%s', e.attempt, e.token, opt(e.since),
-    opt(e.deadline), opt(e.tick), e.member)
+  return int(e.attempt) .. ',' .. e.token .. ',' .. opt(e.since) .. ','
+    .. opt(e.deadline) .. ',' .. opt(e.tick) .. ',' .. e.member
 end
 
 -- `cmd key ...list`, in slices: a Lua call takes a few thousand arguments
