@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::redis_queue::{HOUR, WAIT, eventually, finish, ms, wall, within};
+use common::redis_queue::{HOUR, WAIT, eventually, finish, ms, queue, wall, within};
 use common::redis_server::RedisServer;
 use punctual::durable::{Backoff, Job, Worker, WorkerStats};
 use punctual::redis::{RedisQueue, RedisStats};
@@ -22,21 +22,6 @@ use tokio::time::{Instant, sleep};
 const CHILD: &str = "PUNCTUAL_TEST_CHILD";
 const CHILD_URL: &str = "PUNCTUAL_TEST_REDIS_URL";
 
-async fn queue(
-    server: &RedisServer,
-    name: &str,
-    lease: Duration,
-    max_attempts: u32,
-) -> RedisQueue<u64> {
-    RedisQueue::builder(name)
-        .url(&server.url())
-        .lease(lease)
-        .max_attempts(max_attempts)
-        .poll_interval(ms(50))
-        .build()
-        .await
-        .expect("connect")
-}
 
 /// Waits until `worker`'s stats satisfy `check`.
 async fn stats_until(worker: &Worker, what: &str, check: impl Fn(&WorkerStats) -> bool) {

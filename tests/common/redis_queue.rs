@@ -54,6 +54,24 @@ where
     builder(server, name).build().await.expect("connect")
 }
 
+/// Queue `name` of `u64` on `server` with the given lease and max attempts,
+/// polling every 50 ms.
+pub async fn queue(
+    server: &RedisServer,
+    name: &str,
+    lease: Duration,
+    max_attempts: u32,
+) -> RedisQueue<u64> {
+    RedisQueue::builder(name)
+        .url(&server.url())
+        .lease(lease)
+        .max_attempts(max_attempts)
+        .poll_interval(ms(50))
+        .build()
+        .await
+        .expect("connect")
+}
+
 /// `fut`, or a panic naming `what` if it takes longer than `WAIT`.
 pub async fn within<F: Future>(what: &str, fut: F) -> F::Output {
     tokio::time::timeout(WAIT, fut)
