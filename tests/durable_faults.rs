@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::proxy::Proxy;
+use common::proxy::{Direction, Proxy};
 use common::redis_queue::{eventually, ms};
 use common::redis_server::RedisServer;
 use punctual::durable::{Job, Worker};
@@ -19,6 +19,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// The SHA1 of the claim script as `src/redis/scripts.rs` assembles it (the
 /// proxy matches a claim by it: a request carries the script's SHA only).
@@ -370,5 +371,217 @@ async fn huge_durations_never_panic() {
     assert!(
         q.deadline("b").await.unwrap().is_some(),
         "retried far ahead"
+    );
+}
+
+/// A prefetched entry whose lease ran out while the store was unreachable
+/// (another consumer holds it now) is not started when a place frees: the
+/// worker knows its lease may be gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefetched_entry_whose_lease_lapsed_is_not_started() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let q = via(&proxy, "pf", ms(1000)).await;
+    let direct: RedisQueue<u64> = RedisQueue::builder("pf")
+        .url(&server.url())
+        .lease(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    direct
+        .insert_with_id("a", &1, Duration::ZERO)
+        .await
+        .unwrap();
+    direct
+        .insert_with_id("b", &2, Duration::ZERO)
+        .await
+        .unwrap();
+    let starts: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
+    let worker = Worker::builder(q.clone()).concurrency(1).spawn({
+        let starts = Arc::clone(&starts);
+        move |job: Job<u64>| {
+            starts
+                .lock()
+                .unwrap()
+                .push((job.id().to_owned(), Instant::now()));
+            async move {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                Ok::<(), String>(())
+            }
+        }
+    });
+    tokio::time::sleep(ms(300)).await;
+    let s = direct.stats().await.unwrap();
+    assert_eq!(
+        s.leased, 2,
+        "worker claimed both (one running, one ahead): {s:?}"
+    );
+    assert_eq!(worker.stats().running, 1);
+    // The store becomes unreachable for the worker.
+    proxy.refuse(true);
+    proxy.kill_all();
+    tokio::time::sleep(ms(1500)).await;
+    // Both leases lapsed: another consumer takes the entries.
+    let taken = direct.take_many(2).await.unwrap();
+    let ids: Vec<_> = taken.iter().map(|d| d.id().to_owned()).collect();
+    let took_at = Instant::now();
+    // The worker's run of `a` ends (3 s) and `b` starts from the prefetch queue.
+    tokio::time::sleep(ms(2500)).await;
+    let starts = starts.lock().unwrap().clone();
+    let b_started_late = starts.iter().any(|(id, at)| id == "b" && *at > took_at);
+    proxy.refuse(false);
+    drop(worker);
+    assert!(
+        !b_started_late,
+        "the worker started `b` while another consumer holds its lease ({ids:?})"
+    );
+}
+
+/// A claim whose reply is lost after a shutdown began: the worker's exit
+/// gives back what it leased (the store is reachable again), rather than
+/// leave it leased until its lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_lost_while_stopping_is_released_at_exit() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let q = via(&proxy, "gone", Duration::from_secs(20)).await;
+    let direct: RedisQueue<u64> = RedisQueue::builder("gone")
+        .url(&server.url())
+        .build()
+        .await
+        .unwrap();
+    let worker = Worker::builder(q.clone())
+        .concurrency(4)
+        .spawn(|_job: Job<u64>| async move { Ok::<(), String>(()) });
+    tokio::time::sleep(ms(200)).await;
+    // Replies are late: a claim's reply comes after the response timeout.
+    proxy.set_latency_in(Direction::Replies, ms(1500));
+    direct
+        .insert_with_id("y", &1, Duration::ZERO)
+        .await
+        .unwrap();
+    // Wait until a claim has leased `y` (its reply is on its way, late).
+    let t0 = Instant::now();
+    loop {
+        let s = direct.stats().await.unwrap();
+        if s.leased == 1 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "never leased");
+        tokio::time::sleep(ms(5)).await;
+    }
+    // The store is fine again for new connections; a shutdown starts while
+    // the claim waits for its reply.
+    proxy.set_latency_in(Direction::Replies, Duration::ZERO);
+    let started = Instant::now();
+    let stats = worker.shutdown(Duration::from_secs(2)).await;
+    assert!(started.elapsed() < Duration::from_secs(5), "{stats:?}");
+    tokio::time::sleep(ms(300)).await;
+    let s = direct.stats().await.unwrap();
+    assert_eq!(
+        s.leased, 0,
+        "`y` is still leased by the abandoned claim after shutdown returned: {s:?}"
+    );
+}
+
+/// A prefetched entry claimed again by the same worker (its first lease ran
+/// out): the new copy replaces the old one and runs; an extension that
+/// finds the old lease lost does not take the new copy with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefetched_entry_claimed_again_runs_under_its_new_lease() {
+    let server = RedisServer::start();
+    let q: RedisQueue<u64> = RedisQueue::builder("fg")
+        .url(&server.url())
+        .lease(ms(1000))
+        .poll_interval(ms(50))
+        .max_attempts(2)
+        .build()
+        .await
+        .unwrap();
+    for (id, delay) in [("a1", 0), ("a2", 1), ("b1", 2), ("b2", 3)] {
+        q.insert_with_id(id, &1, ms(delay)).await.unwrap();
+    }
+    tokio::time::sleep(ms(20)).await;
+    let starts: Arc<Mutex<Vec<(String, u32)>>> = Arc::default();
+    let t0 = Instant::now();
+    let worker = Worker::builder(q.clone()).concurrency(2).spawn({
+        let starts = Arc::clone(&starts);
+        move |job: Job<u64>| {
+            starts
+                .lock()
+                .unwrap()
+                .push((job.id().to_owned(), job.attempt()));
+            let long = job.id() != "a1";
+            async move {
+                tokio::time::sleep(if long { ms(6000) } else { ms(500) }).await;
+                Ok::<(), String>(())
+            }
+        }
+    });
+    tokio::time::sleep_until(t0 + ms(450)).await;
+    assert_eq!(worker.stats().running, 2);
+    // b2's lease runs out (as after a stall): the worker's next claim, when
+    // a1 ends at 500 ms, takes it again.
+    let record = server
+        .command(&["HGET", "punctual:{fg}:entries", "m:b2"])
+        .render();
+    let member = record.splitn(6, ',').nth(5).unwrap().to_owned();
+    server.command(&["ZADD", "punctual:{fg}:schedule", "1", &member]);
+    server.command(&["ZADD", "punctual:{fg}:leases", "1", "b2"]);
+    eventually("b2 runs", || {
+        let ran = starts.lock().unwrap().iter().any(|(id, _)| id == "b2");
+        async move { ran }
+    })
+    .await;
+    let dead = q.dead_letters(10).await.unwrap();
+    worker.shutdown(ms(100)).await;
+    assert!(dead.is_empty(), "{dead:?}");
+}
+
+/// Past the grace, a handler that does not reach an await (a blocking or
+/// CPU-bound section) cannot be dropped: shutdown returns after a bounded
+/// wait and leaves its entry leased (its lease runs out), never handing it
+/// to another consumer while it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_never_gives_back_an_entry_whose_handler_still_runs() {
+    let server = RedisServer::start();
+    let q: RedisQueue<u64> = RedisQueue::builder("blk")
+        .url(&server.url())
+        .lease(ms(5000))
+        .poll_interval(ms(50))
+        .build()
+        .await
+        .unwrap();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let worker = Worker::builder(q.clone()).concurrency(1).spawn({
+        let done = Arc::clone(&done);
+        move |_job: Job<u64>| {
+            let done = Arc::clone(&done);
+            async move {
+                tokio::time::sleep(ms(10)).await;
+                std::thread::sleep(ms(1500));
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+                Ok::<(), String>(())
+            }
+        }
+    });
+    q.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
+    while worker.stats().running == 0 {
+        std::thread::sleep(ms(5));
+    }
+    std::thread::sleep(ms(100));
+    let started = Instant::now();
+    let stats = worker.shutdown(ms(100)).await;
+    let took = started.elapsed();
+    let still_running = !done.load(std::sync::atomic::Ordering::SeqCst);
+    let other = q
+        .try_take()
+        .await
+        .unwrap()
+        .map(|d| (d.id().to_owned(), d.attempt()));
+    assert!(took < Duration::from_secs(3), "{took:?} {stats:?}");
+    assert!(
+        !(still_running && other.is_some()),
+        "two runs of `a` side by side"
     );
 }

@@ -26,7 +26,6 @@ use tokio::time::{Instant, sleep};
 const CHILD: &str = "PUNCTUAL_TEST_CHILD";
 const CHILD_URL: &str = "PUNCTUAL_TEST_REDIS_URL";
 
-
 /// Milliseconds since the Unix epoch.
 fn ms_of(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64

@@ -22,7 +22,6 @@ use tokio::time::{Instant, sleep};
 const CHILD: &str = "PUNCTUAL_TEST_CHILD";
 const CHILD_URL: &str = "PUNCTUAL_TEST_REDIS_URL";
 
-
 /// Waits until `worker`'s stats satisfy `check`.
 async fn stats_until(worker: &Worker, what: &str, check: impl Fn(&WorkerStats) -> bool) {
     eventually(what, || {

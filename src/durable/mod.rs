@@ -55,6 +55,7 @@
 //! ```
 
 mod backoff;
+mod engine;
 mod job;
 mod schedule;
 pub(crate) mod store;

@@ -72,6 +72,9 @@ pub struct Batch<T, L> {
     pub next_due: Instant,
 }
 
+/// The most entries one claim takes.
+pub(crate) const MAX_CLAIM: usize = 1024;
+
 /// What every durable store answers.
 pub trait Sealed {
     /// The queue's values.
@@ -95,6 +98,9 @@ pub trait Sealed {
     fn kicks(&self) -> watch::Receiver<u64>;
     /// Whether waiting and trying again can fix `error`.
     fn is_transient(error: &Self::Error) -> bool;
+    /// Whether the request may have run although `error` came back (its
+    /// reply was lost).
+    fn is_in_doubt(error: &Self::Error) -> bool;
 
     /// Applies `finished`, then leases up to `max` due entries.
     fn claim(

@@ -60,6 +60,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQu
         error.is_transient()
     }
 
+    fn is_in_doubt(error: &Error) -> bool {
+        error.is_in_doubt()
+    }
+
     async fn claim(
         &self,
         attempt: &mut Attempt,

@@ -617,7 +617,7 @@ fn new_token() -> Arc<str> {
 
 /// The most entries one claim takes: a script holds the whole server while
 /// it runs, so a batch stays a few milliseconds long.
-pub(crate) const MAX_BATCH: usize = 1024;
+pub(crate) const MAX_BATCH: usize = crate::durable::store::MAX_CLAIM;
 
 /// The most a millisecond count can be (about 142,000 years): every score
 /// stays an exact integer in a Lua double.

@@ -1,0 +1,742 @@
+//! The task behind a [`Worker`](super::Worker): claims, runs, heartbeats,
+//! finishes and shutdown, for any durable store.
+//!
+//! Ground rules. The engine owns everything: the handlers it spawned (a
+//! `JoinSet`, keyed by task id), the entries claimed ahead (*prefetched*),
+//! the finishes not yet sent, up to two requests to the store in flight
+//! (claims, finishes) and one lease extension. A request in flight is never
+//! dropped while the engine waits for other events: it is a boxed future
+//! polled to its end, so the worker never loses a reply itself. Counters
+//! shared with `Worker::stats` are atomics written only here.
+//!
+//! Fencing. Every run and prefetched entry knows until when its lease is
+//! surely held (`valid_until`: when the request that granted or extended it
+//! was sent, plus the lease; the store's clock started later). A run past
+//! it is dropped at its next await, a prefetched entry past it is not
+//! started: when the store cannot be reached, no handler runs on after its
+//! lease may have gone to another consumer. A run keeps its place until its
+//! task has ended, so two runs of one entry never overlap here and
+//! `concurrency` is never exceeded.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use tokio::sync::watch;
+use tokio::task::{AbortHandle, Id, JoinError, JoinSet};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::Durable;
+use super::backoff::Backoff;
+use super::job::Job;
+use super::store::{Applied, Batch, Finish, MAX_CLAIM, Outcome, Sealed, Taken};
+use super::worker::Counters;
+use crate::queue::deadline_after;
+
+/// Requests (claims, finishes) in flight at most: while the store runs one,
+/// the engine reads the other's reply and starts its handlers.
+const MAX_IN_FLIGHT: usize = 2;
+
+/// How long, past the grace, a shutdown waits for dropped handlers to end
+/// (a handler can only be dropped at an await) and its last finishes.
+const STOP_WAIT: Duration = Duration::from_secs(1);
+
+type Lease<Q> = <Q as Sealed>::Lease;
+type Value<Q> = <Q as Sealed>::Value;
+type StoreError<Q> = <Q as Sealed>::Error;
+
+/// What a handler's task returns: `Ok` or why the attempt failed.
+type RunResult = Result<(), String>;
+
+/// How a handler's task ended.
+enum Ended {
+    Ok,
+    Failed(String),
+    /// Aborted by the engine (see the run's state).
+    Aborted,
+}
+
+/// A handler's run.
+struct Run<L> {
+    lease: L,
+    id: String,
+    attempt: u32,
+    abort: AbortHandle,
+    state: RunState,
+    /// Until when its lease is surely held.
+    valid_until: Instant,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RunState {
+    Running,
+    /// Its lease was lost: aborted, its outcome discarded.
+    Dropped,
+    /// Aborted at the end of a shutdown's grace: given back (attempt
+    /// counted) once its task has ended, acked if it had finished.
+    Stopped,
+}
+
+/// An entry claimed ahead.
+struct Prefetched<T, L> {
+    /// Tells copies of one entry apart (a later claim may take it again).
+    seq: u64,
+    taken: Taken<T, L>,
+    valid_until: Instant,
+}
+
+/// Who holds a lease the engine extends.
+enum Holder {
+    Run(Id),
+    Prefetched(u64),
+}
+
+type Request<Q> = Pin<Box<dyn Future<Output = Reply<Q>> + Send>>;
+
+enum Reply<Q: Sealed> {
+    Claim {
+        result: Result<Batch<Value<Q>, Lease<Q>>, StoreError<Q>>,
+        attempt: Q::Attempt,
+        sent: Vec<Finish<Lease<Q>>>,
+        asked: usize,
+        sent_at: Instant,
+    },
+    Finish {
+        result: Result<Vec<Applied>, StoreError<Q>>,
+        sent: Vec<Finish<Lease<Q>>>,
+    },
+}
+
+type Extension<Q> =
+    Pin<Box<dyn Future<Output = (Result<Vec<bool>, StoreError<Q>>, Vec<Holder>, Instant)> + Send>>;
+
+pub(super) struct Engine<Q: Durable, H, Fut, E> {
+    queue: Q,
+    name: String,
+    handler: Arc<H>,
+    concurrency: usize,
+    backoff: Backoff,
+    timeout: Option<Duration>,
+    lease: Duration,
+    counters: Arc<Counters>,
+    kicks: watch::Receiver<u64>,
+    stopped: watch::Receiver<Option<Duration>>,
+    tasks: JoinSet<RunResult>,
+    runs: HashMap<Id, Run<Lease<Q>>>,
+    /// The live run of each entry id.
+    by_id: HashMap<String, Id>,
+    prefetched: VecDeque<Prefetched<Value<Q>, Lease<Q>>>,
+    next_seq: u64,
+    /// Finishes not yet sent.
+    finished: Vec<Finish<Lease<Q>>>,
+    requests: FuturesUnordered<Request<Q>>,
+    /// Entries asked for by the claims in flight.
+    reserved: usize,
+    /// Claims whose reply was lost: sent again first, to get what they leased.
+    resend: Vec<Q::Attempt>,
+    extension: Option<Extension<Q>>,
+    failing: Failing,
+    /// Whether entries may be due now; else the engine waits for `next_due`.
+    due: bool,
+    next_due: Instant,
+    /// The end of a shutdown's grace.
+    stopping: Option<Instant>,
+    /// Every `Worker` handle is gone without a shutdown: the engine runs on.
+    detached: bool,
+    _outputs: PhantomData<fn() -> (Fut, E)>,
+}
+
+impl<Q, H, Fut, E> Engine<Q, H, Fut, E>
+where
+    Q: Durable,
+    H: Fn(Job<Q::Item>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: fmt::Display + Send + 'static,
+{
+    pub(super) fn new(
+        queue: Q,
+        handler: H,
+        concurrency: usize,
+        backoff: Backoff,
+        timeout: Option<Duration>,
+        counters: Arc<Counters>,
+        stopped: watch::Receiver<Option<Duration>>,
+    ) -> Self {
+        Engine {
+            name: queue.queue_name().to_owned(),
+            lease: queue.lease_duration(),
+            kicks: queue.kicks(),
+            queue,
+            handler: Arc::new(handler),
+            concurrency,
+            backoff,
+            timeout,
+            counters,
+            stopped,
+            tasks: JoinSet::new(),
+            runs: HashMap::new(),
+            by_id: HashMap::new(),
+            prefetched: VecDeque::new(),
+            next_seq: 0,
+            finished: Vec::new(),
+            requests: FuturesUnordered::new(),
+            reserved: 0,
+            resend: Vec::new(),
+            extension: None,
+            failing: Failing::default(),
+            due: true,
+            next_due: Instant::now(),
+            stopping: None,
+            detached: false,
+            _outputs: PhantomData,
+        }
+    }
+
+    pub(super) async fn run(mut self) {
+        let beat = (self.lease / 3).max(Duration::from_millis(1));
+        let mut next_beat = deadline_after(Instant::now(), beat);
+        loop {
+            let now = Instant::now();
+            if self.runs.is_empty() && self.prefetched.is_empty() {
+                next_beat = deadline_after(now, beat);
+            }
+            self.start_prefetched(now);
+            self.send_requests(now);
+            let free = self.concurrency.saturating_sub(self.runs.len());
+            let starving = free > 0 && self.prefetched.is_empty() && self.reserved == 0;
+            if let Some(grace_over) = self.stopping {
+                let settled =
+                    self.runs.is_empty() && self.finished.is_empty() && self.requests.is_empty();
+                if settled || now >= deadline_after(grace_over, STOP_WAIT) {
+                    if !settled {
+                        tracing::warn!(
+                            queue = self.name,
+                            running = self.runs.len(),
+                            unsent = self.finished.len(),
+                            "shutdown gave up waiting: what is left keeps its lease until it runs out"
+                        );
+                    }
+                    break;
+                }
+            }
+            let waiting =
+                self.requests.is_empty() && self.stopping.is_none() && starving && !self.due;
+            let wake = self
+                .next_due
+                .min(deadline_after(now, self.queue.poll_interval()));
+            let retry_at = self.failing.retry_at;
+            let grace_over = self.stopping;
+            let stop_wait = self.stopping.map(|at| deadline_after(at, STOP_WAIT));
+            let running = self.runs.values().any(|run| run.state == RunState::Running);
+            tokio::select! {
+                Some(reply) = self.requests.next(), if !self.requests.is_empty() => {
+                    self.replied(reply);
+                }
+                Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
+                    self.joined(joined);
+                }
+                (result, holders, sent_at) = async { self.extension.as_mut().expect("checked").await }, if self.extension.is_some() => {
+                    self.extension = None;
+                    self.extended(result, holders, sent_at);
+                }
+                _ = tokio::time::sleep_until(next_beat), if self.extension.is_none() && !(self.runs.is_empty() && self.prefetched.is_empty()) => {
+                    next_beat = deadline_after(Instant::now(), beat);
+                    self.heartbeat();
+                }
+                _ = self.kicks.changed(), if waiting => self.due = true,
+                _ = tokio::time::sleep_until(wake), if waiting => self.due = true,
+                _ = tokio::time::sleep_until(retry_at.unwrap_or(now)), if retry_at.is_some() && self.requests.len() < MAX_IN_FLIGHT => {
+                    self.failing.retry_at = None;
+                }
+                changed = self.stopped.changed(), if self.stopping.is_none() && !self.detached => {
+                    match changed {
+                        Ok(()) => {
+                            let grace = self.stopped.borrow().unwrap_or(Duration::ZERO);
+                            self.stopping = Some(deadline_after(Instant::now(), grace));
+                            self.give_back_prefetched();
+                        }
+                        Err(_) => self.detached = true,
+                    }
+                }
+                _ = tokio::time::sleep_until(grace_over.unwrap_or(now)), if grace_over.is_some() && running => {
+                    self.stop_runs();
+                }
+                _ = tokio::time::sleep_until(stop_wait.unwrap_or(now)), if stop_wait.is_some() => {}
+            }
+        }
+        self.tasks.detach_all();
+        // Claims whose reply was lost: give back what they may hold now,
+        // rather than after their lease (one more round trip, bounded).
+        let mut abandoned = false;
+        for claim in std::mem::take(&mut self.resend) {
+            abandoned |= self.queue.abandon(&claim);
+        }
+        if abandoned {
+            let flush = self.queue.finish(&[]);
+            let _ = tokio::time::timeout(STOP_WAIT, flush).await;
+        }
+    }
+
+    /// Starts prefetched entries while places are free. One whose lease may
+    /// have run out is forgotten (it comes back when the lease has run
+    /// out); one whose entry still runs here waits until the old run (whose
+    /// lease is lost: the entry was claimed again) has ended.
+    fn start_prefetched(&mut self, now: Instant) {
+        if self.stopping.is_some() {
+            return;
+        }
+        let mut at = 0;
+        while self.runs.len() < self.concurrency && at < self.prefetched.len() {
+            let entry = &self.prefetched[at];
+            if entry.valid_until <= now {
+                let gone = self.prefetched.remove(at).expect("looked at");
+                tracing::warn!(
+                    queue = self.name,
+                    id = gone.taken.id,
+                    "a prefetched job's lease may have run out; it is not started"
+                );
+                continue;
+            }
+            if let Some(old) = self.by_id.get(&entry.taken.id).copied() {
+                self.drop_run(old, "delivered again while it ran");
+                at += 1;
+                continue;
+            }
+            let entry = self.prefetched.remove(at).expect("looked at");
+            self.start(entry.taken, entry.valid_until);
+        }
+    }
+
+    /// Sends a claim (with the finishes) or the finishes alone, if there is
+    /// room in flight and something to send.
+    fn send_requests(&mut self, now: Instant) {
+        if self.requests.len() >= MAX_IN_FLIGHT || self.failing.retry_at.is_some_and(|at| at > now)
+        {
+            return;
+        }
+        let free = self.concurrency.saturating_sub(self.runs.len());
+        // Up to `concurrency` entries ahead of the running ones, so a handler
+        // that ends is followed at once while the next claim is on its way.
+        let room = (2 * self.concurrency)
+            .saturating_sub(self.runs.len() + self.prefetched.len() + self.reserved);
+        let starving = free > 0 && self.prefetched.is_empty() && self.reserved == 0;
+        let claim = self.stopping.is_none()
+            && (!self.resend.is_empty()
+                || (room > 0
+                    && ((self.due && (room >= self.concurrency || starving))
+                        // Finishes never wait for a batch: a finished run's
+                        // lease is no longer extended.
+                        || !self.finished.is_empty())));
+        let queue = self.queue.clone();
+        let sent = std::mem::take(&mut self.finished);
+        if claim {
+            let mut attempt = self
+                .resend
+                .pop()
+                .unwrap_or_else(|| self.queue.new_attempt());
+            self.kicks.borrow_and_update();
+            self.reserved += room;
+            self.requests.push(Box::pin(async move {
+                let sent_at = Instant::now();
+                let result = queue.claim(&mut attempt, room, &sent).await;
+                Reply::Claim {
+                    result,
+                    attempt,
+                    sent,
+                    asked: room,
+                    sent_at,
+                }
+            }));
+        } else if !sent.is_empty() {
+            self.requests.push(Box::pin(async move {
+                let result = queue.finish(&sent).await;
+                Reply::Finish { result, sent }
+            }));
+        }
+    }
+
+    fn replied(&mut self, reply: Reply<Q>) {
+        match reply {
+            Reply::Claim {
+                result,
+                attempt,
+                sent,
+                asked,
+                sent_at,
+            } => {
+                self.reserved -= asked;
+                match result {
+                    Ok(batch) => {
+                        // Every claim has its own token: a delivery can only
+                        // ever finish the lease its own claim was granted.
+                        drop(attempt);
+                        self.settled(&sent, &batch.done);
+                        // A full batch: more may be due at once.
+                        self.due = batch.taken.len() >= asked.min(MAX_CLAIM);
+                        self.next_due = batch.next_due;
+                        if self.next_due <= Instant::now() {
+                            self.due = true;
+                        }
+                        let valid_until = deadline_after(sent_at, self.lease);
+                        for taken in batch.taken {
+                            // An older copy of the entry lost its lease to
+                            // this claim.
+                            self.prefetched.retain(|entry| entry.taken.id != taken.id);
+                            self.next_seq += 1;
+                            self.prefetched.push_back(Prefetched {
+                                seq: self.next_seq,
+                                taken,
+                                valid_until,
+                            });
+                        }
+                        if self.stopping.is_some() {
+                            self.give_back_prefetched();
+                        }
+                    }
+                    Err(error) => {
+                        // Sent again (also while stopping: the engine's exit
+                        // gives back what it leased), it returns what it
+                        // leased the first time.
+                        self.resend.push(attempt);
+                        self.failed_request(&error, sent);
+                    }
+                }
+            }
+            Reply::Finish { result, sent } => match result {
+                Ok(done) => self.settled(&sent, &done),
+                Err(error) => self.failed_request(&error, sent),
+            },
+        }
+    }
+
+    /// Spawns the handler for `taken`.
+    fn start(&mut self, taken: Taken<Value<Q>, Lease<Q>>, valid_until: Instant) {
+        let Taken {
+            id,
+            value,
+            attempt,
+            deadline,
+            schedule,
+            lease,
+        } = taken;
+        let span = tracing::info_span!(
+            "punctual.job",
+            queue = self.name,
+            id = %id,
+            attempt,
+            schedule = schedule.as_deref().unwrap_or(""),
+        );
+        let job = Job {
+            id: id.clone(),
+            value,
+            attempt,
+            deadline,
+            schedule,
+        };
+        let handler = Arc::clone(&self.handler);
+        let limit = self.timeout;
+        let run = async move {
+            let outcome = AssertUnwindSafe(async move {
+                let fut = handler(job);
+                match limit {
+                    Some(limit) => match tokio::time::timeout(limit, fut).await {
+                        Ok(result) => result.map_err(|e| e.to_string()),
+                        Err(_) => Err(format!("timed out after {limit:?}")),
+                    },
+                    None => fut.await.map_err(|e| e.to_string()),
+                }
+            })
+            .catch_unwind()
+            .await;
+            outcome.unwrap_or_else(|panic| Err(panic_message(&*panic)))
+        };
+        let abort = self.tasks.spawn(run.instrument(span));
+        self.by_id.insert(id.clone(), abort.id());
+        self.counters.running.fetch_add(1, Ordering::Relaxed);
+        self.runs.insert(
+            abort.id(),
+            Run {
+                lease,
+                id,
+                attempt,
+                abort,
+                state: RunState::Running,
+                valid_until,
+            },
+        );
+    }
+
+    /// A handler's task ended: its outcome becomes a finish to send.
+    fn joined(&mut self, joined: Result<(Id, RunResult), JoinError>) {
+        let (task, ended) = match joined {
+            Ok((task, Ok(()))) => (task, Ended::Ok),
+            Ok((task, Err(reason))) => (task, Ended::Failed(reason)),
+            Err(error) => {
+                let task = error.id();
+                match error.try_into_panic() {
+                    Ok(panic) => (task, Ended::Failed(panic_message(&*panic))),
+                    Err(_) => (task, Ended::Aborted),
+                }
+            }
+        };
+        let Some(run) = self.remove_run(task) else {
+            return;
+        };
+        let outcome = match (run.state, ended) {
+            (RunState::Dropped, _) => return, // its lease was lost
+            // It ended before the abort took: its outcome stands.
+            (_, Ended::Ok) => Outcome::Ack,
+            (_, Ended::Aborted) => Outcome::GiveBack { counted: true },
+            (_, Ended::Failed(reason)) => {
+                Counters::bump(&self.counters.failed);
+                tracing::warn!(
+                    queue = self.name,
+                    id = run.id,
+                    attempt = run.attempt,
+                    reason,
+                    "a job failed"
+                );
+                Outcome::Fail {
+                    delay: self.backoff.delay(run.attempt),
+                    reason,
+                }
+            }
+        };
+        self.finished.push(Finish {
+            lease: run.lease,
+            outcome,
+            resent: false,
+        });
+    }
+
+    /// Takes run `task` out of the books.
+    fn remove_run(&mut self, task: Id) -> Option<Run<Lease<Q>>> {
+        let run = self.runs.remove(&task)?;
+        if self.by_id.get(&run.id) == Some(&task) {
+            self.by_id.remove(&run.id);
+        }
+        self.counters.running.fetch_sub(1, Ordering::Relaxed);
+        Some(run)
+    }
+
+    /// Drops run `task` at its next await (its lease was lost); it keeps its
+    /// place until its task has ended.
+    fn drop_run(&mut self, task: Id, why: &str) {
+        let Some(run) = self.runs.get_mut(&task) else {
+            return;
+        };
+        if run.state != RunState::Running {
+            return;
+        }
+        run.state = RunState::Dropped;
+        run.abort.abort();
+        Counters::bump(&self.counters.lost);
+        tracing::warn!(
+            queue = self.name,
+            id = run.id,
+            attempt = run.attempt,
+            why,
+            "a job's lease was lost; its handler is dropped"
+        );
+    }
+
+    /// The grace is over: the handlers still running are dropped at their
+    /// next await and given back when their tasks have ended.
+    fn stop_runs(&mut self) {
+        for run in self.runs.values_mut() {
+            if run.state == RunState::Running {
+                run.state = RunState::Stopped;
+                run.abort.abort();
+            }
+        }
+    }
+
+    /// Taken but not started: back in the queue at once, no attempt counted.
+    fn give_back_prefetched(&mut self) {
+        for entry in std::mem::take(&mut self.prefetched) {
+            if let Some(old) = self.by_id.get(&entry.taken.id).copied() {
+                self.drop_run(old, "delivered again while it ran");
+            }
+            self.finished.push(Finish {
+                lease: entry.taken.lease,
+                outcome: Outcome::GiveBack { counted: false },
+                resent: false,
+            });
+        }
+    }
+
+    /// Extends every held lease in one request; first drops the runs whose
+    /// lease may have run out (the store could not be reached in time).
+    fn heartbeat(&mut self) {
+        let now = Instant::now();
+        let overdue: Vec<Id> = self
+            .runs
+            .iter()
+            .filter(|(_, run)| run.state == RunState::Running && run.valid_until <= now)
+            .map(|(task, _)| *task)
+            .collect();
+        for task in overdue {
+            self.drop_run(task, "its lease may have run out");
+        }
+        let mut holders = Vec::new();
+        let mut leases = Vec::new();
+        for (task, run) in &self.runs {
+            if run.state == RunState::Running {
+                holders.push(Holder::Run(*task));
+                leases.push(run.lease.clone());
+            }
+        }
+        for entry in &self.prefetched {
+            holders.push(Holder::Prefetched(entry.seq));
+            leases.push(entry.taken.lease.clone());
+        }
+        if leases.is_empty() {
+            return;
+        }
+        let queue = self.queue.clone();
+        let lease = self.lease;
+        self.extension = Some(Box::pin(async move {
+            let sent_at = Instant::now();
+            (queue.extend(&leases, lease).await, holders, sent_at)
+        }));
+    }
+
+    /// Records the extension's answer: held leases are good until a lease
+    /// after it was sent; the others' holders are dropped.
+    fn extended(
+        &mut self,
+        result: Result<Vec<bool>, StoreError<Q>>,
+        holders: Vec<Holder>,
+        sent_at: Instant,
+    ) {
+        let held = match result {
+            Ok(held) => held,
+            Err(error) => {
+                // The next beat tries again; the leases run on until then.
+                tracing::warn!(queue = self.name, %error,
+                    "could not extend the leases of running jobs");
+                return;
+            }
+        };
+        let valid_until = deadline_after(sent_at, self.lease);
+        for (holder, held) in holders.into_iter().zip(held) {
+            match (holder, held) {
+                (Holder::Run(task), true) => {
+                    if let Some(run) = self.runs.get_mut(&task) {
+                        run.valid_until = valid_until;
+                    }
+                }
+                (Holder::Run(task), false) => self.drop_run(task, "an extension found it lost"),
+                (Holder::Prefetched(seq), true) => {
+                    if let Some(entry) = self.prefetched.iter_mut().find(|e| e.seq == seq) {
+                        entry.valid_until = valid_until;
+                    }
+                }
+                // Lost before it started: it is simply not run.
+                (Holder::Prefetched(seq), false) => self.prefetched.retain(|e| e.seq != seq),
+            }
+        }
+    }
+
+    /// Counts what the store made of finishes; those it could not apply yet
+    /// go with the next request, after a pause.
+    fn settled(&mut self, sent: &[Finish<Lease<Q>>], done: &[Applied]) {
+        let mut pending = false;
+        for (finish, applied) in sent.iter().zip(done) {
+            match (&finish.outcome, applied) {
+                (_, Applied::Pending) => {
+                    pending = true;
+                    self.finished.push(finish.clone());
+                }
+                (Outcome::Ack, Applied::Done) => Counters::bump(&self.counters.completed),
+                // Sent before in a request whose reply was lost: it applied
+                // then (most likely), or its lease was lost; counted done.
+                (Outcome::Ack, Applied::Lost) if finish.resent => {
+                    Counters::bump(&self.counters.completed);
+                }
+                (Outcome::Ack | Outcome::Fail { .. }, Applied::Lost) => {
+                    // The run ended after its lease was lost: its outcome is
+                    // discarded (another delivery has the entry).
+                    Counters::bump(&self.counters.lost);
+                }
+                (Outcome::Fail { .. }, Applied::Dead) => Counters::bump(&self.counters.dead),
+                _ => {}
+            }
+        }
+        if pending {
+            self.failing.fail();
+        } else {
+            self.failing.reset();
+        }
+    }
+
+    /// A request failed: its finishes go with the next one, after a pause;
+    /// once a shutdown's grace is over they are given up (their leases run
+    /// out, and the entries come back then).
+    fn failed_request(&mut self, error: &StoreError<Q>, mut sent: Vec<Finish<Lease<Q>>>) {
+        if self
+            .stopping
+            .is_some_and(|grace_over| grace_over <= Instant::now())
+        {
+            tracing::warn!(queue = self.name, %error, unsent = sent.len(),
+                "the store is unreachable at shutdown; the leases it holds will run out");
+            return;
+        }
+        let pause = self.failing.fail();
+        if Q::is_transient(error) {
+            tracing::warn!(queue = self.name, %error, ?pause,
+                "store unreachable; the worker retries");
+        } else {
+            tracing::error!(queue = self.name, %error, ?pause,
+                "the store refused a request; the worker retries");
+        }
+        if Q::is_in_doubt(error) {
+            for finish in &mut sent {
+                finish.resent = true;
+            }
+        }
+        sent.append(&mut self.finished);
+        self.finished = sent;
+    }
+}
+
+/// Capped back-off between failed requests: 10 ms, 20 ms, ... up to 1 s.
+#[derive(Debug, Default)]
+struct Failing {
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+impl Failing {
+    fn fail(&mut self) -> Duration {
+        let pause = Duration::from_millis(10 << self.failures.min(7)).min(Duration::from_secs(1));
+        self.failures = self.failures.saturating_add(1);
+        self.retry_at = Some(deadline_after(Instant::now(), pause));
+        pause
+    }
+
+    fn reset(&mut self) {
+        self.failures = 0;
+        self.retry_at = None;
+    }
+}
+
+/// A panic's message, as a reason for the dead letters.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(message) = payload.downcast_ref::<&str>() {
+        (*message).to_owned()
+    } else if let Some(message) = payload.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "the handler panicked".to_owned()
+    }
+}
