@@ -2,7 +2,9 @@
 //! finishes and shutdown, for any durable store.
 //!
 //! Ground rules. The engine owns everything: the handlers it spawned (a
-//! `JoinSet`, keyed by task id), the entries claimed ahead (*prefetched*),
+//! `JoinSet`, keyed by task id), the entries claimed and not started yet
+//! (*prefetched*: a claim takes as many as there are free places, and a
+//! place may be taken back by a lost lease's run still ending),
 //! the finishes not yet sent, up to two requests to the store in flight
 //! (claims, finishes) and one lease extension. A request in flight is never
 //! dropped while the engine waits for other events: it is a boxed future
@@ -323,19 +325,17 @@ where
         {
             return;
         }
-        let free = self.concurrency.saturating_sub(self.runs.len());
-        // Up to `concurrency` entries ahead of the running ones, so a handler
-        // that ends is followed at once while the next claim is on its way.
-        let room = (2 * self.concurrency)
+        // As many entries as there are free places, no more: an entry due
+        // now that this worker could not start at once is left to another
+        // consumer (a replica with free places runs it now).
+        let room = self
+            .concurrency
             .saturating_sub(self.runs.len() + self.prefetched.len() + self.reserved);
-        let starving = free > 0 && self.prefetched.is_empty() && self.reserved == 0;
         let claim = self.stopping.is_none()
             && (!self.resend.is_empty()
-                || (room > 0
-                    && ((self.due && (room >= self.concurrency || starving))
-                        // Finishes never wait for a batch: a finished run's
-                        // lease is no longer extended.
-                        || !self.finished.is_empty())));
+                // Finishes never wait for a batch: a finished run's lease is
+                // no longer extended.
+                || (room > 0 && (self.due || !self.finished.is_empty())));
         let queue = self.queue.clone();
         let sent = std::mem::take(&mut self.finished);
         if claim {

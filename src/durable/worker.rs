@@ -32,9 +32,10 @@ use super::job::Job;
 /// span `punctual.job` (queue, id, attempt, schedule); failures and lost
 /// leases are events.
 ///
-/// The worker claims in batches, up to `concurrency` entries ahead of the
-/// ones running, and sends the outcomes of finished runs with its next
-/// claim: one round trip per batch when busy.
+/// The worker claims in batches, as many entries as it has free places (an
+/// entry it could not start at once is left to another replica), and sends
+/// the outcomes of finished runs with its next claim: one round trip per
+/// batch when busy.
 ///
 /// Dropping the `Worker` detaches it: it keeps running on the runtime.
 /// [`shutdown`](Self::shutdown) stops it.
@@ -198,10 +199,9 @@ impl<Q: fmt::Debug> fmt::Debug for WorkerBuilder<Q> {
 }
 
 impl<Q: Durable> WorkerBuilder<Q> {
-    /// How many handlers run at once; default 16. The worker also claims
-    /// up to as many entries ahead (their leases kept alive like the
-    /// running ones'), so a handler that ends is followed at once while the
-    /// next claim is on its way; one claim takes at most 1024 entries.
+    /// How many handlers run at once; default 16. The worker claims as
+    /// many entries as it has free places (at most 1024 per claim), with up
+    /// to two claims on their way at once.
     ///
     /// # Panics
     ///
