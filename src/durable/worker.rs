@@ -200,8 +200,7 @@ impl<Q: fmt::Debug> fmt::Debug for WorkerBuilder<Q> {
 
 impl<Q: Durable> WorkerBuilder<Q> {
     /// How many handlers run at once; default 16. The worker claims as
-    /// many entries as it has free places (at most 1024 per claim), with up
-    /// to two claims on their way at once.
+    /// many entries as it has free places (at most 1024 per claim).
     ///
     /// # Panics
     ///
