@@ -243,7 +243,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// # Cancel safety
     ///
     /// Dropping the future loses no entry: an entry it had claimed but not
-    /// returned is delivered again when its lease runs out.
+    /// returned is given back by the handle's next claim or finish (no
+    /// attempt counted), or else delivered again when its lease runs out.
     ///
     /// # Examples
     ///
