@@ -5,7 +5,7 @@
 //! `JoinSet`, keyed by task id), the entries claimed and not started yet
 //! (*prefetched*: a claim takes as many as there are free places, and a
 //! place may be taken back by a lost lease's run still ending),
-//! the finishes not yet sent, the requests to the store in flight
+//! the finishes not yet sent, the one request to the store in flight
 //! (claims, finishes) and one lease extension. A request in flight is never
 //! dropped while the engine waits for other events: it is a boxed future
 //! polled to its end, so the worker never loses a reply itself. Counters
@@ -30,8 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures::stream::FuturesUnordered;
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, Id, JoinError, JoinSet};
 use tokio::time::Instant;
@@ -43,12 +42,6 @@ use super::job::Job;
 use super::store::{Applied, Batch, Finish, MAX_CLAIM, Outcome, Sealed, Taken};
 use super::worker::Counters;
 use crate::queue::deadline_after;
-
-/// Requests (claims, finishes) in flight at most. One: measured against
-/// two, it claims larger batches (everything that finished while a claim was
-/// on its way rides with the next one) and drains faster (0.43x against
-/// 0.38x the bench's poller).
-const MAX_IN_FLIGHT: usize = 1;
 
 /// How long, past the grace, a shutdown waits for dropped handlers to end
 /// (a handler can only be dropped at an await) and its last finishes.
@@ -142,11 +135,13 @@ pub(super) struct Engine<Q: Durable, H, Fut, E> {
     next_seq: u64,
     /// Finishes not yet sent.
     finished: Vec<Finish<Lease<Q>>>,
-    requests: FuturesUnordered<Request<Q>>,
-    /// Entries asked for by the claims in flight.
-    reserved: usize,
-    /// Claims whose reply was lost: sent again first, to get what they leased.
-    resend: Vec<Q::Attempt>,
+    /// The request (claim, finishes) in flight. One at a time: measured
+    /// against two, it claims larger batches (everything that finished while
+    /// a claim was on its way rides with the next one) and drains faster
+    /// (0.43x against 0.38x the bench's poller).
+    request: Option<Request<Q>>,
+    /// A claim whose reply was lost: sent again first, to get what it leased.
+    resend: Option<Q::Attempt>,
     extension: Option<Extension<Q>>,
     failing: Failing,
     /// Whether entries may be due now; else the engine waits for `next_due`.
@@ -192,9 +187,8 @@ where
             prefetched: VecDeque::new(),
             next_seq: 0,
             finished: Vec::new(),
-            requests: FuturesUnordered::new(),
-            reserved: 0,
-            resend: Vec::new(),
+            request: None,
+            resend: None,
             extension: None,
             failing: Failing::default(),
             due: true,
@@ -214,12 +208,12 @@ where
                 next_beat = deadline_after(now, beat);
             }
             self.start_prefetched(now);
-            self.send_requests(now);
+            self.send_request(now);
             let free = self.concurrency.saturating_sub(self.runs.len());
-            let starving = free > 0 && self.prefetched.is_empty() && self.reserved == 0;
+            let starving = free > 0 && self.prefetched.is_empty();
             if let Some(grace_over) = self.stopping {
                 let settled =
-                    self.runs.is_empty() && self.finished.is_empty() && self.requests.is_empty();
+                    self.runs.is_empty() && self.finished.is_empty() && self.request.is_none();
                 if settled || now >= deadline_after(grace_over, STOP_WAIT) {
                     if !settled {
                         tracing::warn!(
@@ -233,7 +227,7 @@ where
                 }
             }
             let waiting =
-                self.requests.is_empty() && self.stopping.is_none() && starving && !self.due;
+                self.request.is_none() && self.stopping.is_none() && starving && !self.due;
             let wake = self
                 .next_due
                 .min(deadline_after(now, self.queue.poll_interval()));
@@ -242,7 +236,8 @@ where
             let stop_wait = self.stopping.map(|at| deadline_after(at, STOP_WAIT));
             let running = self.runs.values().any(|run| run.state == RunState::Running);
             tokio::select! {
-                Some(reply) = self.requests.next(), if !self.requests.is_empty() => {
+                reply = async { self.request.as_mut().expect("checked").await }, if self.request.is_some() => {
+                    self.request = None;
                     self.replied(reply);
                 }
                 Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
@@ -258,7 +253,7 @@ where
                 }
                 _ = self.kicks.changed(), if waiting => self.due = true,
                 _ = tokio::time::sleep_until(wake), if waiting => self.due = true,
-                _ = tokio::time::sleep_until(retry_at.unwrap_or(now)), if retry_at.is_some() && self.requests.len() < MAX_IN_FLIGHT => {
+                _ = tokio::time::sleep_until(retry_at.unwrap_or(now)), if retry_at.is_some() && self.request.is_none() => {
                     self.failing.retry_at = None;
                 }
                 changed = self.stopped.changed(), if self.stopping.is_none() && !self.detached => {
@@ -280,11 +275,11 @@ where
         self.tasks.detach_all();
         // Claims whose reply was lost: give back what they may hold now,
         // rather than after their lease (one more round trip, bounded).
-        let mut abandoned = false;
-        for claim in std::mem::take(&mut self.resend) {
-            abandoned |= self.queue.abandon(&claim);
-        }
-        if abandoned {
+        if self
+            .resend
+            .take()
+            .is_some_and(|claim| self.queue.abandon(&claim))
+        {
             let flush = self.queue.finish(&[]);
             let _ = tokio::time::timeout(STOP_WAIT, flush).await;
         }
@@ -322,9 +317,8 @@ where
 
     /// Sends a claim (with the finishes) or the finishes alone, if there is
     /// room in flight and something to send.
-    fn send_requests(&mut self, now: Instant) {
-        if self.requests.len() >= MAX_IN_FLIGHT || self.failing.retry_at.is_some_and(|at| at > now)
-        {
+    fn send_request(&mut self, now: Instant) {
+        if self.request.is_some() || self.failing.retry_at.is_some_and(|at| at > now) {
             return;
         }
         // As many entries as there are free places, no more: an entry due
@@ -332,9 +326,9 @@ where
         // consumer (a replica with free places runs it now).
         let room = self
             .concurrency
-            .saturating_sub(self.runs.len() + self.prefetched.len() + self.reserved);
+            .saturating_sub(self.runs.len() + self.prefetched.len());
         let claim = self.stopping.is_none()
-            && (!self.resend.is_empty()
+            && (self.resend.is_some()
                 // Finishes never wait for a batch: a finished run's lease is
                 // no longer extended.
                 || (room > 0 && (self.due || !self.finished.is_empty())));
@@ -343,11 +337,10 @@ where
         if claim {
             let mut attempt = self
                 .resend
-                .pop()
+                .take()
                 .unwrap_or_else(|| self.queue.new_attempt());
             self.kicks.borrow_and_update();
-            self.reserved += room;
-            self.requests.push(Box::pin(async move {
+            self.request = Some(Box::pin(async move {
                 let sent_at = Instant::now();
                 let result = queue.claim(&mut attempt, room, &sent).await;
                 Reply::Claim {
@@ -359,7 +352,7 @@ where
                 }
             }));
         } else if !sent.is_empty() {
-            self.requests.push(Box::pin(async move {
+            self.request = Some(Box::pin(async move {
                 let result = queue.finish(&sent).await;
                 Reply::Finish { result, sent }
             }));
@@ -375,7 +368,6 @@ where
                 asked,
                 sent_at,
             } => {
-                self.reserved -= asked;
                 match result {
                     Ok(batch) => {
                         // Every claim has its own token: a delivery can only
@@ -408,7 +400,7 @@ where
                         // Sent again (also while stopping: the engine's exit
                         // gives back what it leased), it returns what it
                         // leased the first time.
-                        self.resend.push(attempt);
+                        self.resend = Some(attempt);
                         self.failed_request(&error, sent);
                     }
                 }

@@ -127,11 +127,6 @@ impl<T> Delivery<T> {
             .is_some_and(|applied| *applied != Applied::Lost))
     }
 
-    /// The delivery's lease, value, attempt and deadline, for the worker.
-    pub(crate) fn into_parts(self) -> (Held, T, u32, SystemTime) {
-        (self.held, self.value, self.attempt, self.deadline)
-    }
-
     /// Gives the entry back, due `delay` from now (ordered as if inserted
     /// then), keeping its attempt count. `Ok(false)` if the lease was lost.
     ///

@@ -75,21 +75,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQu
         let next_due = self.inner().next_due(&claim);
         let done = claim.done.clone();
         let taken = self
-            .deliveries(claim)
-            .await
-            .into_iter()
-            .map(|delivery| {
-                let (lease, value, attempt, deadline) = delivery.into_parts();
-                Taken {
-                    id: lease.id.clone(),
-                    schedule: lease.tick.is_some().then(|| lease.id.clone()),
-                    value,
-                    attempt,
-                    deadline,
-                    lease,
-                }
+            .decoded(claim, |lease, attempt, value, deadline, _| Taken {
+                id: lease.id.clone(),
+                schedule: lease.tick.is_some().then(|| lease.id.clone()),
+                value,
+                attempt,
+                deadline,
+                lease,
             })
-            .collect();
+            .await;
         Ok(Batch {
             done,
             taken,

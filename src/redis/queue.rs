@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::builder::RedisQueueBuilder;
 use super::delivery::Delivery;
 use super::error::{Error, check_id};
-use super::inner::{Attempt, Claim, Claimed, Inner, MAX_BATCH, Op, millis, system_time};
+use super::inner::{Attempt, Claim, Claimed, Held, Inner, MAX_BATCH, Op, millis, system_time};
 use super::scripts::SCRIPTS;
 use super::wait::Backoff;
 use super::{DeadLetter, RedisStats};
@@ -595,6 +595,27 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// dead letters, never to a consumer, and so do cron ticks the claim
     /// marked.
     pub(crate) async fn deliveries(&self, claim: Claim) -> Vec<Delivery<T>> {
+        self.decoded(claim, |held, attempt, value, deadline, lease_until| {
+            Delivery::new(
+                Arc::clone(&self.inner),
+                held,
+                attempt,
+                value,
+                deadline,
+                lease_until,
+            )
+        })
+        .await
+    }
+
+    /// The claimed entries whose values decode, each made into an `R` by
+    /// `make(lease, attempt, value, deadline, lease end)`; the others go to
+    /// the dead letters (and so do cron ticks the claim marked).
+    pub(crate) async fn decoded<R>(
+        &self,
+        claim: Claim,
+        make: impl Fn(Held, u32, T, SystemTime, SystemTime) -> R,
+    ) -> Vec<R> {
         let mut taken = Vec::with_capacity(claim.items.len());
         let mut buried = Vec::new();
         for claimed in claim.items {
@@ -613,14 +634,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 (None, None) => Err("value does not decode: the value is missing".to_owned()),
             };
             match decoded {
-                Ok(value) => taken.push(Delivery::new(
-                    Arc::clone(&self.inner),
-                    held,
-                    attempt,
-                    value,
-                    deadline,
-                    lease_until,
-                )),
+                Ok(value) => taken.push(make(held, attempt, value, deadline, lease_until)),
                 Err(reason) => {
                     tracing::warn!(queue = %self.inner.name, id = held.id, reason,
                         "moved to the dead letters");

@@ -82,7 +82,8 @@ local function finish_all(at, n, now, limit, channel)
   -- other ops may write every key.
   local plain = true
   for i = 0, n - 1 do
-    local record = parse(records[i + 1])
+    records[i + 1] = parse(records[i + 1])
+    local record = records[i + 1]
     if ARGV[at + 6 * i] ~= 'a' or (record and record.tick) then plain = false end
   end
   local e = ensure(SCHEDULE, 'zset')
@@ -96,7 +97,7 @@ local function finish_all(at, n, now, limit, channel)
   for i = 0, n - 1 do
     local o = at + 6 * i
     local kind, id, token = ARGV[o], ARGV[o + 1], ARGV[o + 2]
-    local record = parse(records[i + 1])
+    local record = records[i + 1]
     if kind == 'a' and record and not record.tick then
       if token ~= '' and record.token == token then
         members[#members + 1] = record.member
