@@ -421,6 +421,7 @@ where
             deadline,
             schedule,
             lease,
+            ..
         } = taken;
         let span = tracing::info_span!(
             "punctual.job",

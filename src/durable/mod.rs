@@ -59,6 +59,8 @@ mod engine;
 mod job;
 mod schedule;
 pub(crate) mod store;
+pub(crate) mod take;
+pub(crate) mod wait;
 mod worker;
 
 pub use backoff::Backoff;

@@ -11,6 +11,8 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::wait::Waiter;
+
 /// How the worker finishes one delivery.
 #[derive(Debug, Clone)]
 pub enum Outcome {
@@ -42,6 +44,8 @@ pub struct Taken<T, L> {
     pub value: T,
     pub attempt: u32,
     pub deadline: SystemTime,
+    /// When the lease runs out, by the store's clock.
+    pub lease_until: SystemTime,
     pub schedule: Option<String>,
     pub lease: L,
 }
@@ -67,6 +71,8 @@ pub struct Batch<T, L> {
     /// What became of each finish sent with the claim.
     pub done: Vec<Applied>,
     pub taken: Vec<Taken<T, L>>,
+    /// More entries were due than the claim took.
+    pub more_due: bool,
     /// When, on this process's clock, the store's next entry is due as far
     /// as the claim saw (or a poll interval on).
     pub next_due: Instant,
@@ -90,6 +96,8 @@ pub trait Sealed {
     fn lease_duration(&self) -> Duration;
     fn poll_interval(&self) -> Duration;
     fn new_attempt(&self) -> Self::Attempt;
+    /// The waiter shared by the handle's consumers.
+    fn waiter(&self) -> &Waiter;
     /// Gives up on `attempt`: whatever it may have leased goes back with the
     /// next claim or finish of the queue's handle. `true` if it was in doubt.
     fn abandon(&self, attempt: &Self::Attempt) -> bool;

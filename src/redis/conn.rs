@@ -22,7 +22,7 @@ use redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError, ScriptInv
 use tokio::time::Instant;
 
 use super::error::Error;
-use super::wait::Backoff;
+use crate::durable::wait::Backoff;
 use crate::lock::Lock;
 
 pub(crate) struct Conn {

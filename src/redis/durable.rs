@@ -11,6 +11,7 @@ use super::error::Error;
 use super::inner::{Attempt, Held, Op};
 use super::queue::RedisQueue;
 use crate::durable::Durable;
+use crate::durable::wait::Waiter;
 use crate::durable::store::{Applied, Batch, Finish, Outcome, Sealed, Taken};
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Durable for RedisQueue<T> {
@@ -47,6 +48,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQu
         Attempt::new()
     }
 
+    fn waiter(&self) -> &Waiter {
+        &self.inner().waiter
+    }
+
     fn abandon(&self, attempt: &Attempt) -> bool {
         self.inner().abandon(attempt)
     }
@@ -74,19 +79,22 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQu
         let claim = self.inner().claim(attempt, max, &ops).await?;
         let next_due = self.inner().next_due(&claim);
         let done = claim.done.clone();
+        let more_due = claim.head.is_some_and(|head| head <= claim.now);
         let taken = self
-            .decoded(claim, |lease, attempt, value, deadline, _| Taken {
+            .decoded(claim, |lease, attempt, value, deadline, lease_until| Taken {
                 id: lease.id.clone(),
                 schedule: lease.tick.is_some().then(|| lease.id.clone()),
                 value,
                 attempt,
                 deadline,
+                lease_until,
                 lease,
             })
             .await;
         Ok(Batch {
             done,
             taken,
+            more_due,
             next_due,
         })
     }

@@ -25,7 +25,8 @@ use tokio::time::Instant;
 use super::conn::Conn;
 use super::error::Error;
 use super::scripts::{Keys, SCRIPTS};
-use super::wait::{Listener, Waiter};
+use super::wait::Listener;
+use crate::durable::wait::Waiter;
 use crate::durable::store::Applied;
 use crate::lock::Lock;
 use crate::queue::deadline_after;
@@ -296,15 +297,18 @@ impl Inner {
 
     /// Starts the task that turns announcements into kicks, once per handle.
     pub(crate) fn listen(&self) {
-        self.waiter.listen(|| Listener {
-            client: self.conn.client().clone(),
-            channel: self.keys.channel.clone(),
-            queue: self.name.clone(),
-            response_timeout: self.conn.response_timeout(),
-            ping_after: self
-                .poll_interval
-                .saturating_mul(10)
-                .clamp(Duration::from_millis(500), Duration::from_secs(30)),
+        self.waiter.listen(|kicks, stop| {
+            Listener {
+                client: self.conn.client().clone(),
+                channel: self.keys.channel.clone(),
+                queue: self.name.clone(),
+                response_timeout: self.conn.response_timeout(),
+                ping_after: self
+                    .poll_interval
+                    .saturating_mul(10)
+                    .clamp(Duration::from_millis(500), Duration::from_secs(30)),
+            }
+            .run(kicks, stop)
         });
     }
 

@@ -2,7 +2,6 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::pin::pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -16,7 +15,7 @@ use super::delivery::Delivery;
 use super::error::{Error, check_id};
 use super::inner::{Attempt, Claim, Claimed, Held, Inner, MAX_BATCH, Op, millis, system_time};
 use super::scripts::SCRIPTS;
-use super::wait::Backoff;
+use crate::durable::wait::Backoff;
 use super::{DeadLetter, RedisStats};
 use crate::queue::deadline_after;
 
@@ -502,93 +501,20 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         max: usize,
         until: Option<Instant>,
     ) -> Result<Vec<Delivery<T>>, Error> {
-        let inner = &self.inner;
-        let waiter = &inner.waiter;
-        let mut lead = None;
-        let mut backoff = Backoff::default();
-        // A claim whose reply was lost is sent again with its token, to get
-        // what it leased; if this loop ends first (timeout, error, dropped
-        // future), the next claim of the handle gives that back.
-        let mut pending = Abandon(inner, Attempt::new());
-        // Set while this process's last claim said nothing is due before
-        // then: the consumer waits instead of asking again. Only an insert,
-        // reset, retry, requeue or shortened lease can make an entry due
-        // earlier, and each announces itself (a kick cuts the leader's nap
-        // short).
-        let mut known_idle_until = waiter.next_due();
-        let mut kicks = waiter.kicks();
-        loop {
-            let next_due = match known_idle_until.take() {
-                Some(next_due) => next_due,
-                None => {
-                    // Announcements from here on cut the nap after this claim.
-                    kicks.borrow_and_update();
-                    let claim = match inner.claim(&mut pending.1, max, &[]).await {
-                        Ok(claim) => {
-                            backoff.reset();
-                            claim
-                        }
-                        Err(error) if error.is_transient() => {
-                            let pause = backoff.next();
-                            tracing::warn!(queue = %inner.name, %error, ?pause,
-                                "redis unreachable while taking; retrying");
-                            if !sleep_within(pause, until).await {
-                                return Ok(Vec::new());
-                            }
-                            continue;
-                        }
-                        Err(error) => return Err(error),
-                    };
-                    let next_due = inner.next_due(&claim);
-                    let more_due = claim.head.is_some_and(|head| head <= claim.now);
-                    let taken = self.deliveries(claim).await;
-                    if more_due {
-                        // Another consumer of this process can take the rest.
-                        waiter.followers.notify_one();
-                    }
-                    if !taken.is_empty() {
-                        return Ok(taken); // dropping `lead` hands leadership over
-                    }
-                    pending.1 = Attempt::new();
-                    if more_due {
-                        continue;
-                    }
-                    next_due
-                }
-            };
-            if lead.is_none() {
-                // Enabled before looking at the leader flag: a leader that
-                // leaves after we saw it notifies us (see `Lead::drop`).
-                let mut parked = pin!(waiter.followers.notified());
-                parked.as_mut().enable();
-                lead = waiter.try_lead();
-                if lead.is_none() {
-                    if !wait_within(parked, until).await {
-                        return Ok(Vec::new());
-                    }
-                    // Woken by a leader that left or by a claim that saw
-                    // more due. Take a vacant lead at once, in this poll: a
-                    // consumer that then leaves (with an entry, or dropped)
-                    // wakes the next one through `Lead::drop`, so no
-                    // follower stays parked with nobody leading.
-                    lead = waiter.try_lead();
-                    // An announcement since the last claim left a kick that
-                    // cuts the nap short, so skipping the claim is safe.
-                    known_idle_until = waiter.next_due();
-                    continue;
-                }
-            }
-            inner.listen();
-            let nap = next_due
-                .saturating_duration_since(Instant::now())
-                .clamp(Duration::from_millis(1), inner.poll_interval);
-            tokio::select! {
-                _ = kicks.changed() => {}
-                timed_in = sleep_within(nap, until) => if !timed_in {
-                    return Ok(Vec::new());
-                },
-            }
-        }
+        let taken = crate::durable::take::take_until(self, max, until).await?;
+        Ok(taken
+            .into_iter()
+            .map(|taken| {
+                Delivery::new(
+                    Arc::clone(&self.inner),
+                    taken.lease,
+                    taken.attempt,
+                    taken.value,
+                    taken.deadline,
+                    taken.lease_until,
+                )
+            })
+            .collect())
     }
 
     /// Turns a claim into deliveries; values that do not decode go to the
@@ -660,32 +586,6 @@ struct Abandon<'a>(&'a Inner, Attempt);
 impl Drop for Abandon<'_> {
     fn drop(&mut self) {
         let _ = self.0.abandon(&self.1);
-    }
-}
-
-/// Sleeps `pause`, but not past `until`; `false` if `until` came first.
-async fn sleep_within(pause: Duration, until: Option<Instant>) -> bool {
-    let wake = deadline_after(Instant::now(), pause);
-    match until {
-        Some(until) if until <= wake => {
-            tokio::time::sleep_until(until).await;
-            false
-        }
-        _ => {
-            tokio::time::sleep_until(wake).await;
-            true
-        }
-    }
-}
-
-/// Awaits `parked`, but not past `until`; `false` if `until` came first.
-async fn wait_within(parked: impl Future<Output = ()>, until: Option<Instant>) -> bool {
-    match until {
-        None => {
-            parked.await;
-            true
-        }
-        Some(until) => tokio::time::timeout_at(until, parked).await.is_ok(),
     }
 }
 
