@@ -59,10 +59,12 @@
 
 #[cfg(feature = "cron")]
 mod cron;
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod durable;
 mod lock;
 mod queue;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod scheduler;

@@ -68,7 +68,7 @@ pub use job::Job;
 pub use schedule::ScheduleInfo;
 #[cfg(feature = "cron")]
 pub(crate) use schedule::cron_instants;
-pub(crate) use schedule::{every_spec, period_ms, policy};
+pub(crate) use schedule::{period_ms, policy, spec_of};
 pub use worker::{Worker, WorkerBuilder, WorkerStats};
 
 /// A durable queue a [`Worker`] can run: [`RedisQueue<T>`](crate::redis::RedisQueue).

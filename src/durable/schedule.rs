@@ -56,6 +56,22 @@ pub(crate) fn period_ms(period: Duration) -> Result<u64, String> {
 /// of `expr` strictly after `from` (ms since the epoch), as
 /// `<rec>\n<from>,<i1>,<i2>,...`, ending in `,x` when the expression has
 /// none left.
+/// The spec users read (`every 10s skip`, or the cron expression) of a
+/// schedule record (`e,<period ms>,<policy>` or `c,<expression>`).
+pub(crate) fn spec_of(rec: &str) -> String {
+    if let Some(expr) = rec.strip_prefix("c,") {
+        return expr.to_owned();
+    }
+    let mut parts = rec.trim_start_matches("e,").split(',');
+    let period = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let missed = match parts.next() {
+        Some("skip") => MissedTicks::Skip,
+        Some("delay") => MissedTicks::Delay,
+        _ => MissedTicks::Burst,
+    };
+    every_spec(period, missed)
+}
+
 #[cfg(feature = "cron")]
 pub(crate) fn cron_instants(
     rec: &str,

@@ -5,7 +5,11 @@
 //! The trait lives in a private module, so users can neither implement it
 //! nor call it: [`Durable`](super::Durable) is sealed.
 
+use std::collections::hash_map::RandomState;
 use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
@@ -76,6 +80,16 @@ pub struct Batch<T, L> {
     /// When, on this process's clock, the store's next entry is due as far
     /// as the claim saw (or a poll interval on).
     pub next_due: Instant,
+}
+
+/// A token no other claim ever had: 64 random bits of this process (the
+/// standard library's hasher keys come from the operating system) and a
+/// counter.
+pub(crate) fn new_token() -> Arc<str> {
+    static PROCESS: LazyLock<u64> = LazyLock::new(|| RandomState::new().build_hasher().finish());
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    Arc::from(format!("{:016x}{n:x}", *PROCESS))
 }
 
 /// The most entries one claim takes.

@@ -109,7 +109,7 @@ pub(crate) async fn take_until<Q: Sealed>(
 
 /// Leaves a claim in doubt to the handle's next claim when dropped: a claim
 /// whose reply was lost and that is not sent again gives back what it holds.
-struct Abandon<'a, Q: Sealed>(&'a Q, Q::Attempt);
+pub(crate) struct Abandon<'a, Q: Sealed>(pub(crate) &'a Q, pub(crate) Q::Attempt);
 
 impl<Q: Sealed> Drop for Abandon<'_, Q> {
     fn drop(&mut self) {

@@ -12,10 +12,7 @@
 //! whatever that token holds, without counting the attempt. Either way, no
 //! attempt is spent on an entry nobody saw.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -191,7 +188,7 @@ pub struct Attempt {
 impl Attempt {
     pub(crate) fn new() -> Attempt {
         Attempt {
-            token: new_token(),
+            token: crate::durable::store::new_token(),
             in_doubt: None,
         }
     }
@@ -607,16 +604,6 @@ pub(crate) fn cron_instants(rec: &str, from: i64, count: usize) -> Result<String
     Err(Error::Unsupported(format!(
         "schedule record `{rec}` needs the cargo feature `cron` in this process"
     )))
-}
-
-/// A token no other claim ever had: 64 random bits of this process (the
-/// standard library's hasher keys come from the operating system) and a
-/// counter.
-fn new_token() -> Arc<str> {
-    static PROCESS: LazyLock<u64> = LazyLock::new(|| RandomState::new().build_hasher().finish());
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    Arc::from(format!("{:016x}{n:x}", *PROCESS))
 }
 
 /// The most entries one claim takes: a script holds the whole server while

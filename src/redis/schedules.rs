@@ -12,7 +12,7 @@ use super::inner::{cron_instants, millis, parse, system_time};
 use super::queue::RedisQueue;
 use super::scripts::SCRIPTS;
 use crate::MissedTicks;
-use crate::durable::{ScheduleInfo, every_spec, period_ms, policy};
+use crate::durable::{ScheduleInfo, period_ms, policy, spec_of};
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// Inserts many entries in one round trip, all or none, each due its
@@ -240,17 +240,3 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
 /// The schedule script's answer when the name belongs to a plain entry.
 const TAKEN: i64 = -2;
 
-/// The spec users read, from a stored record.
-fn spec_of(rec: &str) -> String {
-    if let Some(expr) = rec.strip_prefix("c,") {
-        return expr.to_owned();
-    }
-    let mut parts = rec.trim_start_matches("e,").split(',');
-    let period = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    let missed = match parts.next() {
-        Some("skip") => MissedTicks::Skip,
-        Some("delay") => MissedTicks::Delay,
-        _ => MissedTicks::Burst,
-    };
-    every_spec(period, missed)
-}

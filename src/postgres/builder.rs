@@ -1,0 +1,160 @@
+//! [`PgQueueBuilder`]: where the queue lives and how it leases.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+use super::error::{Error, check_name, check_schema};
+use super::inner::Inner;
+use super::queue::PgQueue;
+use super::sql::{self, Statements};
+
+/// Builds a [`PgQueue`]: `PgQueue::builder(name)`, then the settings, then
+/// [`build`](Self::build).
+pub struct PgQueueBuilder<T> {
+    name: String,
+    url: String,
+    pool: Option<PgPool>,
+    schema: String,
+    lease: Duration,
+    max_attempts: u32,
+    poll_interval: Duration,
+    _values: PhantomData<fn() -> T>,
+}
+
+impl<T> fmt::Debug for PgQueueBuilder<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgQueueBuilder")
+            .field("name", &self.name)
+            .field("pool", &self.pool.is_some())
+            .field("schema", &self.schema)
+            .field("lease", &self.lease)
+            .field("max_attempts", &self.max_attempts)
+            .field("poll_interval", &self.poll_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> PgQueueBuilder<T> {
+    pub(crate) fn new(name: &str) -> Self {
+        PgQueueBuilder {
+            name: name.to_owned(),
+            url: "postgres://localhost/postgres".to_owned(),
+            pool: None,
+            schema: "punctual".to_owned(),
+            lease: Duration::from_secs(30),
+            max_attempts: 10,
+            poll_interval: Duration::from_secs(1),
+            _values: PhantomData,
+        }
+    }
+
+    /// The database to connect to; default `postgres://localhost/postgres`.
+    /// Ignored when a [`pool`](Self::pool) is given.
+    pub fn url(mut self, url: &str) -> Self {
+        url.clone_into(&mut self.url);
+        self
+    }
+
+    /// Shares the service's own pool (so [`insert_in`](PgQueue::insert_in)
+    /// can run on its transactions' connections). The queue takes one of
+    /// its connections for `LISTEN` while consumers wait.
+    pub fn pool(mut self, pool: PgPool) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// The schema holding the tables (several queues share them); default
+    /// `punctual`. A plain identifier: ASCII letters, digits and `_`.
+    pub fn schema(mut self, schema: &str) -> Self {
+        schema.clone_into(&mut self.schema);
+        self
+    }
+
+    /// How long a taken entry stays leased before it is delivered again;
+    /// default 30 s.
+    ///
+    /// # Panics
+    ///
+    /// If `lease` is zero.
+    #[track_caller]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        assert!(!lease.is_zero(), "PgQueueBuilder::lease: the lease must not be zero");
+        self.lease = lease;
+        self
+    }
+
+    /// Deliveries before an entry goes to the dead letters; default 10; 0
+    /// never dead-letters.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// The longest a waiting consumer goes without asking the database
+    /// (a lost notification delays a delivery by at most this); default
+    /// 1 s.
+    ///
+    /// # Panics
+    ///
+    /// If `every` is zero.
+    #[track_caller]
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        assert!(
+            !every.is_zero(),
+            "PgQueueBuilder::poll_interval: the interval must not be zero"
+        );
+        self.poll_interval = every;
+        self
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueueBuilder<T> {
+    /// Connects (unless given a pool), creates or upgrades the schema's
+    /// tables and functions (once, under an advisory lock, so many
+    /// processes may start together) and returns the queue.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for a bad queue or schema name;
+    /// [`Error::Database`] if the database cannot be reached or refuses
+    /// (the user may not create the schema, say);
+    /// [`Error::Unsupported`] for a server older than PostgreSQL 12.
+    pub async fn build(self) -> Result<PgQueue<T>, Error> {
+        check_name(&self.name)?;
+        check_schema(&self.schema)?;
+        let pool = match self.pool {
+            Some(pool) => pool,
+            None => {
+                PgPoolOptions::new()
+                    .max_connections(10)
+                    // A ping before each query would double its round trips;
+                    // a broken connection fails the query, which is retried.
+                    .test_before_acquire(false)
+                    .connect(&self.url)
+                    .await?
+            }
+        };
+        sql::install(&pool, &self.schema).await?;
+        let statements = Statements::new(&self.schema);
+        let channel: String = sqlx::query_scalar(&statements.channel)
+            .bind(&self.schema)
+            .bind(&self.name)
+            .fetch_one(&pool)
+            .await?;
+        Ok(PgQueue::from_inner(Inner::new(
+            self.name,
+            pool,
+            statements,
+            channel,
+            self.lease,
+            self.max_attempts,
+            self.poll_interval,
+        )))
+    }
+}

@@ -1,0 +1,165 @@
+//! [`Delivery`]: one entry handed to one consumer under a lease.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::error::Error;
+use super::inner::{Held, Inner, Op};
+use crate::durable::store::Applied;
+
+/// An entry taken from a [`PgQueue`](super::PgQueue), leased to this
+/// consumer until [`lease_until`](Self::lease_until).
+///
+/// Finish with [`ack`](Self::ack) (done) or [`retry`](Self::retry) (give it
+/// back). Dropped without either, the entry stays leased until its lease
+/// runs out, then is delivered again with `attempt + 1`.
+pub struct Delivery<T> {
+    queue: Arc<Inner>,
+    held: Held,
+    attempt: u32,
+    value: T,
+    deadline: SystemTime,
+    lease_until: SystemTime,
+}
+
+impl<T: fmt::Debug> fmt::Debug for Delivery<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("id", &self.held.id)
+            .field("value", &self.value)
+            .field("attempt", &self.attempt)
+            .field("deadline", &self.deadline)
+            .field("lease_until", &self.lease_until)
+            .finish()
+    }
+}
+
+impl<T> Delivery<T> {
+    pub(crate) fn new(
+        queue: Arc<Inner>,
+        held: Held,
+        attempt: u32,
+        value: T,
+        deadline: SystemTime,
+        lease_until: SystemTime,
+    ) -> Self {
+        Delivery {
+            queue,
+            held,
+            attempt,
+            value,
+            deadline,
+            lease_until,
+        }
+    }
+
+    /// The entry's id.
+    pub fn id(&self) -> &str {
+        &self.held.id
+    }
+
+    /// The entry's value.
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+
+    /// The value, giving up this handle on the lease: the entry stays leased
+    /// until the lease runs out, then is delivered again.
+    pub fn into_value(self) -> T {
+        self.value
+    }
+
+    /// Which delivery of the entry this is: 1 on the first.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// When the entry was due (for a re-delivery: when the previous lease
+    /// ran out; for a schedule's tick: its instant, on every attempt), by
+    /// the database's clock.
+    pub fn deadline(&self) -> SystemTime {
+        self.deadline
+    }
+
+    /// When the lease runs out, by the database's clock.
+    pub fn lease_until(&self) -> SystemTime {
+        self.lease_until
+    }
+
+    /// Deletes the entry: the work is done. `Ok(false)` if the lease was
+    /// lost (the entry was delivered again, removed or dead-lettered); then
+    /// nothing changes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`] if the database cannot be reached; then the ack
+    /// may or may not have happened (if not, the entry is delivered again
+    /// after its lease).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped before it finished, the ack may or may not have happened; if
+    /// not, the entry is delivered again after its lease.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use punctual::postgres::PgQueue;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::postgres::Error> {
+    /// # let orders: PgQueue<u64> = PgQueue::connect("postgres://localhost/shop", "orders").await?;
+    /// let expired = orders.take().await?;
+    /// // ... release the order's stock ...
+    /// if !expired.ack().await? {
+    ///     // The lease was lost: another consumer has (or had) this order too.
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn ack(self) -> Result<bool, Error> {
+        self.finish(Op::ack(&self.held)).await
+    }
+
+    async fn finish(&self, op: Op) -> Result<bool, Error> {
+        let done = self.queue.finish(std::slice::from_ref(&op)).await?;
+        Ok(done
+            .first()
+            .is_some_and(|applied| *applied != Applied::Lost))
+    }
+
+    /// Gives the entry back, due `delay` from now (ordered as if inserted
+    /// then), keeping its attempt count. `Ok(false)` if the lease was lost.
+    ///
+    /// # Errors
+    ///
+    /// As [`ack`](Self::ack): the retry may or may not have happened.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped before it finished, the retry may or may not have happened;
+    /// if not, the entry is delivered again after its lease.
+    pub async fn retry(self, delay: Duration) -> Result<bool, Error> {
+        self.finish(Op::retry(&self.held, delay)).await
+    }
+
+    /// Pushes the lease to `lease` from now, if still held (`Ok(false)` if
+    /// it was lost; [`lease_until`](Self::lease_until) is then unchanged).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`] if the database cannot be reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped before it finished, the lease may or may not have moved.
+    pub async fn extend(&mut self, lease: Duration) -> Result<bool, Error> {
+        let ends = self.queue.extend(&[&self.held], lease).await?;
+        match ends.first().copied().flatten() {
+            Some(end) => {
+                self.lease_until = end;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! `PgQueue` as a [`Durable`] queue: the worker's seam, each call one
+//! statement.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use super::error::Error;
+use super::inner::{Attempt, Claimed, Held, Op};
+use super::queue::PgQueue;
+use super::wait::Listener;
+use crate::durable::Durable;
+use crate::durable::store::{Applied, Batch, Finish, Outcome, Sealed, Taken};
+use crate::durable::wait::Waiter;
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Durable for PgQueue<T> {
+    type Item = T;
+}
+
+fn op(finish: &Finish<Held>) -> Op {
+    match &finish.outcome {
+        Outcome::Ack => Op::ack(&finish.lease),
+        Outcome::Fail { delay, reason } => Op::fail(&finish.lease, *delay, reason.clone()),
+        Outcome::GiveBack { counted } => Op::give_back(&finish.lease, *counted),
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue<T> {
+    type Value = T;
+    type Lease = Held;
+    type Attempt = Attempt;
+    type Error = Error;
+
+    fn queue_name(&self) -> &str {
+        &self.inner().name
+    }
+
+    fn lease_duration(&self) -> Duration {
+        self.inner().lease
+    }
+
+    fn poll_interval(&self) -> Duration {
+        self.inner().poll_interval
+    }
+
+    fn new_attempt(&self) -> Attempt {
+        Attempt::new()
+    }
+
+    fn waiter(&self) -> &Waiter {
+        &self.inner().waiter
+    }
+
+    fn abandon(&self, attempt: &Attempt) -> bool {
+        self.inner().abandon(attempt)
+    }
+
+    fn kicks(&self) -> watch::Receiver<u64> {
+        let inner = self.inner();
+        inner.waiter.listen(|kicks, stop| {
+            Listener {
+                pool: inner.pool.clone(),
+                channel: inner.channel.clone(),
+                queue: inner.name.clone(),
+                ping_after: inner
+                    .poll_interval
+                    .saturating_mul(10)
+                    .clamp(Duration::from_millis(500), Duration::from_secs(30)),
+            }
+            .run(kicks, stop)
+        });
+        inner.waiter.kicks()
+    }
+
+    fn is_transient(error: &Error) -> bool {
+        error.is_transient()
+    }
+
+    fn is_in_doubt(error: &Error) -> bool {
+        error.is_in_doubt()
+    }
+
+    async fn claim(
+        &self,
+        attempt: &mut Attempt,
+        max: usize,
+        finished: &[Finish<Held>],
+    ) -> Result<Batch<T, Held>, Error> {
+        let ops: Vec<Op> = finished.iter().map(op).collect();
+        let claim = self.inner().claim(attempt, max, &ops).await?;
+        let mut taken = Vec::with_capacity(claim.items.len());
+        let mut buried = Vec::new();
+        for item in claim.items {
+            let Claimed {
+                held,
+                json,
+                attempt,
+                deadline,
+                lease_until,
+                bury,
+            } = item;
+            let decoded = match bury {
+                Some(why) => Err(why),
+                None => serde_json::from_str::<T>(&json)
+                    .map_err(|e| format!("value does not decode: {e}")),
+            };
+            match decoded {
+                Ok(value) => taken.push(Taken {
+                    id: held.id.clone(),
+                    schedule: held.tick.is_some().then(|| held.id.clone()),
+                    value,
+                    attempt,
+                    deadline,
+                    lease_until,
+                    lease: held,
+                }),
+                Err(reason) => {
+                    tracing::warn!(queue = %self.inner().name, id = held.id, reason,
+                        "moved to the dead letters");
+                    buried.push(Op::bury(&held, reason));
+                }
+            }
+        }
+        if !buried.is_empty() {
+            if let Err(error) = self.inner().finish(&buried).await {
+                // Their leases run out and the next claim tries again.
+                tracing::warn!(queue = %self.inner().name, %error,
+                    "could not move entries to the dead letters");
+            }
+        }
+        Ok(Batch {
+            done: claim.done,
+            taken,
+            more_due: claim.more_due,
+            next_due: claim.next_due,
+        })
+    }
+
+    async fn finish(&self, finished: &[Finish<Held>]) -> Result<Vec<Applied>, Error> {
+        let ops: Vec<Op> = finished.iter().map(op).collect();
+        self.inner().finish(&ops).await
+    }
+
+    async fn extend(&self, leases: &[Held], lease: Duration) -> Result<Vec<bool>, Error> {
+        let held: Vec<&Held> = leases.iter().collect();
+        let ends = self.inner().extend(&held, lease).await?;
+        Ok(ends.into_iter().map(|end| end.is_some()).collect())
+    }
+}

@@ -1,0 +1,533 @@
+//! What every handle and delivery of one built queue shares, and the calls
+//! that lease and finish entries (functions of `sql/schema.sql`).
+//!
+//! As on Redis, a claim carries a *token* made here, never the same twice,
+//! stored with every lease it grants: a delivery can only finish the lease
+//! its own claim was granted. When a claim's reply is lost (the connection
+//! broke after the statement was sent: it may have committed), the consumer
+//! sends it again with the same token and gets what the first sending
+//! leased; a consumer that gives up instead leaves the token *in doubt*,
+//! and the next claim or finish of the handle gives back what it holds,
+//! without counting the attempt.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sqlx::postgres::PgRow;
+use sqlx::{PgPool, Row};
+use tokio::time::Instant;
+
+use super::error::Error;
+use super::sql::Statements;
+use crate::durable::store::Applied;
+use crate::durable::wait::Waiter;
+use crate::lock::Lock;
+use crate::queue::deadline_after;
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) name: String,
+    pub(crate) pool: PgPool,
+    pub(crate) sql: Statements,
+    /// The `LISTEN` channel of the queue.
+    pub(crate) channel: String,
+    pub(crate) lease: Duration,
+    pub(crate) max_attempts: u32,
+    pub(crate) poll_interval: Duration,
+    pub(crate) waiter: Waiter,
+    /// The latest database clock reading seen (ms since the epoch).
+    server_now: AtomicI64,
+    /// Tokens of claims whose reply was lost and that nobody will send
+    /// again: the next claim or finish gives back what they hold.
+    in_doubt: Lock<Vec<Arc<str>>>,
+}
+
+/// How a delivery finishes (see `finish_one` in `sql/schema.sql`).
+#[derive(Debug, Clone)]
+pub(crate) struct Op {
+    kind: &'static str,
+    id: String,
+    token: Arc<str>,
+    ms: i64,
+    reason: String,
+    tick: Option<Tick>,
+    cands: String,
+}
+
+impl Op {
+    pub(crate) fn ack(lease: &Held) -> Op {
+        Op::new("a", lease, 0, String::new())
+    }
+
+    pub(crate) fn retry(lease: &Held, delay: Duration) -> Op {
+        Op::new("r", lease, millis(delay), String::new())
+    }
+
+    /// A failed attempt: retried after `delay`, or dead with `reason` once
+    /// the attempts reached the queue's `max_attempts`.
+    pub(crate) fn fail(lease: &Held, delay: Duration, reason: String) -> Op {
+        Op::new("f", lease, millis(delay), reason)
+    }
+
+    /// To the dead letters with `reason`; that delivery does not count.
+    pub(crate) fn bury(lease: &Held, reason: String) -> Op {
+        Op::new("b", lease, 0, reason)
+    }
+
+    /// Back in the queue, due at once in its old place; `counted`: whether
+    /// this delivery counts as an attempt.
+    pub(crate) fn give_back(lease: &Held, counted: bool) -> Op {
+        Op::new("g", lease, i64::from(counted), String::new())
+    }
+
+    fn new(kind: &'static str, lease: &Held, ms: i64, reason: String) -> Op {
+        Op {
+            kind,
+            id: lease.id.clone(),
+            token: Arc::clone(&lease.token),
+            ms,
+            reason,
+            tick: lease.tick.clone(),
+            cands: String::new(),
+        }
+    }
+
+    /// Gives back everything the claim `token` holds, attempts not counted.
+    fn release(token: &Arc<str>) -> Op {
+        Op {
+            kind: "G",
+            id: String::new(),
+            token: Arc::clone(token),
+            ms: 0,
+            reason: String::new(),
+            tick: None,
+            cands: String::new(),
+        }
+    }
+}
+
+/// The ops of one call as the parallel arrays the SQL functions take.
+#[derive(Default)]
+struct OpArrays {
+    kinds: Vec<&'static str>,
+    ids: Vec<String>,
+    tokens: Vec<String>,
+    ms: Vec<i64>,
+    reasons: Vec<String>,
+    cands: Vec<String>,
+}
+
+impl OpArrays {
+    fn push(&mut self, op: Op) {
+        self.kinds.push(op.kind);
+        self.ids.push(op.id);
+        self.tokens.push(op.token.to_string());
+        self.ms.push(op.ms);
+        self.reasons.push(op.reason);
+        self.cands.push(op.cands);
+    }
+}
+
+/// What a delivery needs to finish its lease.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub(crate) id: String,
+    pub(crate) token: Arc<str>,
+    /// For a schedule's tick: its schedule record and instant.
+    pub(crate) tick: Option<Tick>,
+}
+
+/// A schedule's tick: its schedule's record and its instant (ms).
+#[derive(Debug, Clone)]
+pub(crate) struct Tick {
+    pub(crate) rec: Arc<str>,
+    pub(crate) instant: i64,
+}
+
+/// One entry of a claim.
+#[derive(Debug)]
+pub(crate) struct Claimed {
+    pub(crate) held: Held,
+    pub(crate) json: String,
+    pub(crate) attempt: u32,
+    pub(crate) deadline: SystemTime,
+    pub(crate) lease_until: SystemTime,
+    /// Set when the entry must go to the dead letters instead (a cron tick
+    /// past its attempts: its successor needs this process's cron instants).
+    pub(crate) bury: Option<String>,
+}
+
+/// The answer of a claim.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    /// When, on this process's clock, the head is due as the claim saw it.
+    pub(crate) next_due: Instant,
+    /// More entries were due than the claim took.
+    pub(crate) more_due: bool,
+    /// What became of each op sent with the claim.
+    pub(crate) done: Vec<Applied>,
+    pub(crate) items: Vec<Claimed>,
+}
+
+/// A claim on its way: sent again with the same token after a lost reply.
+#[derive(Debug)]
+pub struct Attempt {
+    token: Arc<str>,
+    /// Set while a sending may have run without its reply reaching us.
+    in_doubt: bool,
+}
+
+impl Attempt {
+    pub(crate) fn new() -> Attempt {
+        Attempt {
+            token: crate::durable::store::new_token(),
+            in_doubt: false,
+        }
+    }
+}
+
+/// The releases of claims in doubt that a call carries: put back for the
+/// next call unless this one was answered (they are idempotent).
+struct Releases<'a> {
+    inner: &'a Inner,
+    tokens: Vec<Arc<str>>,
+    answered: bool,
+}
+
+impl<'a> Releases<'a> {
+    fn take(inner: &'a Inner) -> Releases<'a> {
+        Releases {
+            inner,
+            tokens: std::mem::take(&mut *inner.in_doubt.lock()),
+            answered: false,
+        }
+    }
+
+    /// The request was answered; how many releases it carried.
+    fn sent(mut self) -> usize {
+        self.answered = true;
+        self.tokens.len()
+    }
+}
+
+impl Drop for Releases<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.inner.in_doubt.lock().append(&mut self.tokens);
+        }
+    }
+}
+
+/// What became of one op.
+#[derive(Debug)]
+enum OpResult {
+    Applied(Applied),
+    /// Not applied: the successor of the tick needs the cron instants of
+    /// schedule record `rec` after `from`.
+    NeedsCron { from: i64, rec: String },
+}
+
+impl Inner {
+    pub(crate) fn new(
+        name: String,
+        pool: PgPool,
+        sql: Statements,
+        channel: String,
+        lease: Duration,
+        max_attempts: u32,
+        poll_interval: Duration,
+    ) -> Inner {
+        Inner {
+            name,
+            pool,
+            sql,
+            channel,
+            lease,
+            max_attempts,
+            poll_interval,
+            waiter: Waiter::default(),
+            server_now: AtomicI64::new(0),
+            in_doubt: Lock::new(Vec::new()),
+        }
+    }
+
+    fn saw_clock(&self, now: i64) {
+        self.server_now.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Leaves `attempt` for the next claim of this handle to give back.
+    pub(crate) fn abandon(&self, attempt: &Attempt) -> bool {
+        if !attempt.in_doubt {
+            return false;
+        }
+        self.in_doubt.lock().push(Arc::clone(&attempt.token));
+        true
+    }
+
+    fn op_arrays(&self, releases: Option<&Releases<'_>>, ops: &[Op]) -> OpArrays {
+        let mut arrays = OpArrays::default();
+        for token in releases.map_or(&[][..], |r| &r.tokens[..]) {
+            arrays.push(Op::release(token));
+        }
+        for op in ops {
+            arrays.push(self.with_cron_instants(op));
+        }
+        arrays
+    }
+
+    /// Sends `attempt` (again, after a lost reply): applies `ops`, then
+    /// leases up to `max` due entries. From the moment it is sent until its
+    /// reply comes, the claim is in doubt: on an error after which it may
+    /// have run, or if this future is dropped, send it again or
+    /// [`abandon`](Self::abandon) it.
+    pub(crate) async fn claim(
+        &self,
+        attempt: &mut Attempt,
+        max: usize,
+        ops: &[Op],
+    ) -> Result<Claim, Error> {
+        let releases = Releases::take(self);
+        let recover = attempt.in_doubt;
+        attempt.in_doubt = true;
+        let arrays = self.op_arrays(Some(&releases), ops);
+        let kicks = *self.waiter.kicks().borrow();
+        let max = i32::try_from(max.min(crate::durable::store::MAX_CLAIM)).unwrap_or(1);
+        let reply = sqlx::query(&self.sql.claim)
+            .bind(&self.name)
+            .bind(&self.channel)
+            .bind(max)
+            .bind(millis(self.lease).max(1))
+            .bind(i32::try_from(self.max_attempts).unwrap_or(i32::MAX))
+            .bind(&*attempt.token)
+            .bind(recover)
+            .bind(&arrays.kinds)
+            .bind(&arrays.ids)
+            .bind(&arrays.tokens)
+            .bind(&arrays.ms)
+            .bind(&arrays.reasons)
+            .bind(&arrays.cands)
+            .fetch_one(&self.pool)
+            .await;
+        let row = match reply {
+            Ok(row) => row,
+            Err(error) => {
+                let error = Error::Database(error);
+                if !error.is_in_doubt() {
+                    attempt.in_doubt = recover;
+                }
+                return Err(error);
+            }
+        };
+        attempt.in_doubt = false;
+        let released = releases.sent();
+        let now: i64 = row.try_get("now")?;
+        self.saw_clock(now);
+        let head: Option<i64> = row.try_get("head")?;
+        let more_due: bool = row.try_get("more")?;
+        let mut results = op_results(&row)?.split_off(released);
+        let items = claimed(&row, &attempt.token)?;
+        // The claim has leased its items: an op that cannot be settled now
+        // must not lose them; it is reported pending, to be sent again.
+        let done = match self.settle(ops, &mut results).await {
+            Ok(done) => done,
+            Err(error) => {
+                tracing::warn!(queue = %self.name, %error,
+                    "could not finish the ticks sent with a claim; they are sent again");
+                results
+                    .iter()
+                    .map(|result| match result {
+                        OpResult::Applied(applied) => *applied,
+                        OpResult::NeedsCron { .. } => Applied::Pending,
+                    })
+                    .collect()
+            }
+        };
+        let wait = head.map_or(self.poll_interval, |head| {
+            Duration::from_millis(u64::try_from(head - now).unwrap_or(0))
+        });
+        let next_due = deadline_after(Instant::now(), wait);
+        self.waiter.set_next_due(next_due, kicks);
+        Ok(Claim {
+            next_due,
+            more_due,
+            done,
+            items,
+        })
+    }
+
+    /// `op`, with the cron instants its tick's successor will need sent
+    /// along, so the database rarely has to ask for them.
+    fn with_cron_instants(&self, op: &Op) -> Op {
+        let mut op = op.clone();
+        if let Some(tick) = op.tick.take() {
+            if op.cands.is_empty() && tick.rec.starts_with("c,") {
+                let seen = self.server_now.load(Ordering::Relaxed);
+                let from = tick.instant.max(seen - 1000);
+                op.cands = cron_instants(&tick.rec, from, 4).unwrap_or_default();
+            }
+        }
+        op
+    }
+
+    /// Whether each op applied, after sending again (with their cron
+    /// instants) those whose tick's successor needed them.
+    async fn settle(&self, ops: &[Op], results: &mut [OpResult]) -> Result<Vec<Applied>, Error> {
+        for _ in 0..3 {
+            let mut again = Vec::new();
+            let mut at = Vec::new();
+            for (i, result) in results.iter().enumerate() {
+                if let OpResult::NeedsCron { from, rec } = result {
+                    let mut op = ops[i].clone();
+                    op.cands = cron_instants(rec, *from, 4)?;
+                    again.push(op);
+                    at.push(i);
+                }
+            }
+            if again.is_empty() {
+                break;
+            }
+            let answers = self.finish_once(&again, false).await?;
+            for (i, answer) in at.into_iter().zip(answers) {
+                results[i] = answer;
+            }
+        }
+        results
+            .iter()
+            .map(|result| match result {
+                OpResult::Applied(applied) => Ok(*applied),
+                OpResult::NeedsCron { rec, .. } => Err(Error::Unsupported(format!(
+                    "the cron instants of schedule record `{rec}` do not settle"
+                ))),
+            })
+            .collect()
+    }
+
+    /// Applies `ops` without claiming (and gives back what claims in doubt
+    /// hold).
+    pub(crate) async fn finish(&self, ops: &[Op]) -> Result<Vec<Applied>, Error> {
+        let mut results = self.finish_once(ops, true).await?;
+        self.settle(ops, &mut results).await
+    }
+
+    async fn finish_once(&self, ops: &[Op], release: bool) -> Result<Vec<OpResult>, Error> {
+        let releases = release.then(|| Releases::take(self));
+        let arrays = self.op_arrays(releases.as_ref(), ops);
+        let row = sqlx::query(&self.sql.finish)
+            .bind(&self.name)
+            .bind(&self.channel)
+            .bind(i32::try_from(self.max_attempts).unwrap_or(i32::MAX))
+            .bind(&arrays.kinds)
+            .bind(&arrays.ids)
+            .bind(&arrays.tokens)
+            .bind(&arrays.ms)
+            .bind(&arrays.reasons)
+            .bind(&arrays.cands)
+            .fetch_one(&self.pool)
+            .await?;
+        let released = releases.map_or(0, Releases::sent);
+        self.saw_clock(row.try_get("now")?);
+        Ok(op_results(&row)?.split_off(released))
+    }
+
+    /// Pushes the leases of `held` to now + `lease`; the new end of each, or
+    /// `None` where it was lost.
+    pub(crate) async fn extend(
+        &self,
+        held: &[&Held],
+        lease: Duration,
+    ) -> Result<Vec<Option<SystemTime>>, Error> {
+        let ids: Vec<&str> = held.iter().map(|h| h.id.as_str()).collect();
+        let tokens: Vec<&str> = held.iter().map(|h| &*h.token).collect();
+        let ends: Vec<i64> = sqlx::query_scalar(&self.sql.extend)
+            .bind(&self.name)
+            .bind(&self.channel)
+            .bind(millis(lease))
+            .bind(&ids)
+            .bind(&tokens)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(ends
+            .into_iter()
+            .map(|end| (end > 0).then(|| system_time(end)))
+            .collect())
+    }
+}
+
+fn op_results(row: &PgRow) -> Result<Vec<OpResult>, Error> {
+    let results: Vec<i32> = row.try_get("results")?;
+    let from: Vec<Option<i64>> = row.try_get("cron_from")?;
+    let recs: Vec<Option<String>> = row.try_get("recs")?;
+    Ok(results
+        .into_iter()
+        .zip(from)
+        .zip(recs)
+        .map(|((result, from), rec)| match (result, from, rec) {
+            (-1, Some(from), Some(rec)) => OpResult::NeedsCron { from, rec },
+            (1, ..) => OpResult::Applied(Applied::Done),
+            (2, ..) => OpResult::Applied(Applied::Dead),
+            _ => OpResult::Applied(Applied::Lost),
+        })
+        .collect())
+}
+
+fn claimed(row: &PgRow, token: &Arc<str>) -> Result<Vec<Claimed>, Error> {
+    let ids: Vec<String> = row.try_get("ids")?;
+    let values: Vec<String> = row.try_get("vals")?;
+    let attempts: Vec<i32> = row.try_get("attempts")?;
+    let deadlines: Vec<i64> = row.try_get("deadlines")?;
+    let lease_ends: Vec<i64> = row.try_get("lease_ends")?;
+    let recs: Vec<Option<String>> = row.try_get("schedule_recs")?;
+    let whys: Vec<Option<String>> = row.try_get("whys")?;
+    Ok(ids
+        .into_iter()
+        .zip(values)
+        .zip(attempts)
+        .zip(deadlines)
+        .zip(lease_ends)
+        .zip(recs)
+        .zip(whys)
+        .map(
+            |((((((id, json), attempt), deadline), lease_end), rec), why)| Claimed {
+                held: Held {
+                    id,
+                    token: Arc::clone(token),
+                    tick: rec.map(|rec| Tick {
+                        rec: Arc::from(rec),
+                        instant: deadline,
+                    }),
+                },
+                json,
+                attempt: u32::try_from(attempt).unwrap_or(0),
+                deadline: system_time(deadline),
+                lease_until: system_time(lease_end),
+                bury: why,
+            },
+        )
+        .collect())
+}
+
+/// The cron instants a tick of schedule record `rec` (`c,<expression>`)
+/// needs after `from`, in the format `next_tick` of `sql/schema.sql` reads.
+#[cfg_attr(not(feature = "cron"), allow(unused_variables))]
+pub(crate) fn cron_instants(rec: &str, from: i64, count: usize) -> Result<String, Error> {
+    #[cfg(feature = "cron")]
+    if let Some(expr) = rec.strip_prefix("c,") {
+        return crate::durable::cron_instants(rec, expr, from, count)
+            .map_err(Error::InvalidSchedule);
+    }
+    Err(Error::Unsupported(format!(
+        "schedule record `{rec}` needs the cargo feature `cron` in this process"
+    )))
+}
+
+/// The most a millisecond count can be (about 142,000 years), as on Redis.
+const MAX_MS: u64 = 1 << 52;
+
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(u64::try_from(d.as_millis()).unwrap_or(u64::MAX).min(MAX_MS)).unwrap_or(0)
+}
+
+pub(crate) fn system_time(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}

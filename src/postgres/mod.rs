@@ -1,0 +1,145 @@
+//! The delay queue kept in PostgreSQL (cargo feature `postgres`), for
+//! services that have a database and no Redis, with what Redis cannot
+//! give: an insert inside the caller's own transaction.
+//!
+//! [`PgQueue<T>`] has every method of
+//! [`RedisQueue<T>`](crate::redis::RedisQueue) with the same semantics
+//! (ids, FIFO on equal deadlines, leases with recoverable claims, dead
+//! letters, stats, purge, `insert_many`, schedules, the durable
+//! [`Worker`](crate::durable::Worker)), the database's clock
+//! (`clock_timestamp()`) deciding what is due, plus
+//! [`insert_in`](PgQueue::insert_in),
+//! [`insert_with_id_in`](PgQueue::insert_with_id_in) and
+//! [`remove_in`](PgQueue::remove_in) inside the caller's transaction.
+//!
+//! ```no_run
+//! use punctual::postgres::PgQueue;
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), punctual::postgres::Error> {
+//! let unpaid: PgQueue<u64> = PgQueue::connect("postgres://localhost/shop", "unpaid").await?;
+//! unpaid.insert_with_id("order-17", &17, Duration::from_secs(30 * 60)).await?;
+//!
+//! // In any process, on any replica:
+//! let order = unpaid.take().await?;
+//! println!("order {} expired", order.value());
+//! order.ack().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Transactions
+//!
+//! An entry inserted with [`insert_in`](PgQueue::insert_in) exists if and
+//! only if the caller's transaction commits: "create the order and its
+//! 30-minute expiry, or neither", with no outbox and no timer for an order
+//! that was rolled back. Waiting consumers are woken at the commit (the
+//! notification is sent by the inserting transaction), not before.
+//! [`remove_in`](PgQueue::remove_in) likewise: "mark the order paid and
+//! cancel its expiry".
+//!
+//! # How it works
+//!
+//! Every operation is one statement calling a PL/pgSQL function that
+//! `build()` installs in the queue's schema (default `punctual`); the SQL is
+//! `src/postgres/sql/schema.sql`, so a service in another language can share
+//! the queue by calling the same functions. A claim takes due rows in
+//! order with `FOR UPDATE SKIP LOCKED`, so consumers never wait on each
+//! other, and leases them in the same statement: a leased row's `run_at` is
+//! the end of its lease, so a lease that runs out makes the row due again
+//! with nothing to move. A worker's acks travel with its next claim, in the
+//! same transaction.
+//!
+//! Waiting consumers of one built handle (and its clones) share one waiter:
+//! the leader sleeps until the head's deadline as the database reported it,
+//! or until a notification (`LISTEN` on a channel of the queue, `NOTIFY`
+//! sent by inserts, resets, retries, requeues and shortened leases that make
+//! a new head) announces an earlier head, and asks again at least every
+//! `poll_interval`. An idle queue costs one query per `poll_interval` per
+//! built handle, and one connection of the pool held for `LISTEN` while
+//! consumers wait.
+//!
+//! # Tables
+//!
+//! | table | row | columns |
+//! |---|---|---|
+//! | `<schema>.entries` | one entry of any queue of the schema | `queue`, `id` (primary key); `seq` (insertion order); `run_at` (ms since the epoch, database clock: the due time while pending, the lease end while leased, `NULL` while dead); `value` (JSON text, serde_json); `attempt`; `token` and `since` (the claim holding the lease, and when it was made); `deadline` (when the current delivery was due); `tick` (a schedule's tick: its instant); `reason`, `died_at` (dead letters) |
+//! | `<schema>.schedules` | one recurring schedule | `queue`, `name` (primary key); `rec` (`e,<period ms>,<policy>` or `c,<cron expression>`); `value` |
+//! | `<schema>.meta` | the schema's version | `version` |
+//!
+//! Generated ids are `#` followed by a number from the sequence
+//! `<schema>.seq`. The `LISTEN` channel of a queue is `punctual_` followed by
+//! the MD5 of `<schema>.<name>` in hex; its payload is the new head's due
+//! time.
+//!
+//! # Failures
+//!
+//! Producer and inspection calls return `Err` when the database cannot be
+//! reached; every operation is one statement in one transaction, so nothing
+//! is half written. A connection that breaks after a statement was sent
+//! leaves its outcome unknown: an `Err` from a producer call may still have
+//! been applied, so retry with [`insert_with_id`](PgQueue::insert_with_id)
+//! where a duplicate matters. Consumers handle it for you: a claim whose
+//! reply was lost is sent again with the same token and returns what it
+//! leased, and one given up on is given back by the handle's next claim,
+//! without counting an attempt. `take*` and the worker ride through a
+//! restart of the server (with capped back-off, reported through
+//! `tracing`).
+//!
+//! # Table bloat
+//!
+//! Every claim, ack and retry writes a new row version, and a busy queue
+//! leaves dead tuples behind quickly (a claim and its ack are two). The
+//! default autovacuum keeps up with a few thousand jobs per second; for
+//! more, lower `autovacuum_vacuum_scale_factor` on `<schema>.entries` (say
+//! to 0.01) so vacuum runs by row count rather than table size, and keep
+//! long transactions short: one open transaction holds back vacuum for
+//! every table.
+//!
+//! # Durability
+//!
+//! An insert that returned `Ok` is committed: it survives a crash of the
+//! server under PostgreSQL's default `synchronous_commit = on`.
+
+mod builder;
+mod delivery;
+mod durable;
+mod error;
+mod inner;
+mod queue;
+mod schedules;
+mod sql;
+mod wait;
+
+pub use crate::durable::ScheduleInfo;
+pub use ::sqlx;
+pub use builder::PgQueueBuilder;
+pub use delivery::Delivery;
+pub use error::Error;
+pub use queue::PgQueue;
+
+/// Counts of a queue's entries by state, from [`PgQueue::stats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PgStats {
+    /// Not yet due.
+    pub pending: u64,
+    /// Due and not leased (an entry whose lease ran out counts here).
+    pub due: u64,
+    /// Leased to a consumer.
+    pub leased: u64,
+    /// Dead letters.
+    pub dead: u64,
+}
+
+/// An entry that was given up on, from [`PgQueue::dead_letters`].
+#[derive(Debug)]
+pub struct DeadLetter<T> {
+    /// The entry's id.
+    pub id: String,
+    /// The value, or `None` if it no longer decodes as `T`.
+    pub value: Option<T>,
+    /// Deliveries made before it died.
+    pub attempts: u32,
+    /// Why it died.
+    pub reason: String,
+}

@@ -1,0 +1,116 @@
+//! The SQL of the store: `sql/schema.sql` (tables and functions, installed
+//! by `build()`) and the calls of its functions, for one schema.
+
+use sqlx::PgPool;
+
+use super::error::Error;
+
+/// The version of `sql/schema.sql`; `build()` installs it when the
+/// schema's `meta` table holds an older one.
+const VERSION: i32 = 1;
+
+const SCHEMA: &str = include_str!("sql/schema.sql");
+
+/// The calls of one schema's functions.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    pub(crate) insert: String,
+    pub(crate) insert_many: String,
+    pub(crate) remove: String,
+    pub(crate) reset: String,
+    pub(crate) deadline: String,
+    pub(crate) claim: String,
+    pub(crate) finish: String,
+    pub(crate) extend: String,
+    pub(crate) stats: String,
+    pub(crate) dead_letters: String,
+    pub(crate) requeue_dead: String,
+    pub(crate) purge: String,
+    pub(crate) schedule: String,
+    pub(crate) schedules: String,
+    pub(crate) channel: String,
+}
+
+impl Statements {
+    /// `schema` was checked to be a plain identifier.
+    pub(crate) fn new(schema: &str) -> Statements {
+        let s = format!("\"{schema}\"");
+        Statements {
+            insert: format!("SELECT inserted, id FROM {s}.insert($1, $2, $3, $4, $5, $6)"),
+            insert_many: format!("SELECT {s}.insert_many($1, $2, $3, $4)"),
+            remove: format!("SELECT {s}.remove($1, $2, $3)"),
+            reset: format!("SELECT {s}.reset($1, $2, $3, $4)"),
+            deadline: format!(
+                "SELECT run_at FROM {s}.entries WHERE queue = $1 AND id = $2 AND run_at IS NOT NULL"
+            ),
+            claim: format!(
+                "SELECT * FROM {s}.claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+            ),
+            finish: format!("SELECT * FROM {s}.finish($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
+            extend: format!("SELECT {s}.extend($1, $2, $3, $4, $5)"),
+            stats: format!("SELECT * FROM {s}.stats($1)"),
+            dead_letters: format!(
+                "SELECT id, value, attempt, reason FROM {s}.entries \
+                 WHERE queue = $1 AND run_at IS NULL ORDER BY died_at, seq LIMIT $2"
+            ),
+            requeue_dead: format!("SELECT {s}.requeue_dead($1, $2, $3, $4)"),
+            purge: format!("SELECT {s}.purge($1)"),
+            schedule: format!("SELECT * FROM {s}.schedule($1, $2, $3, $4, $5, $6)"),
+            schedules: format!("SELECT * FROM {s}.schedules($1)"),
+            channel: "SELECT 'punctual_' || md5($1 || '.' || $2)".to_owned(),
+        }
+    }
+}
+
+/// Creates or upgrades the schema's tables and functions, once, under an
+/// advisory lock held by one transaction: processes that start together
+/// wait for the first, then find the schema current.
+pub(crate) async fn install(pool: &PgPool, schema: &str) -> Result<(), Error> {
+    let mut conn = pool.acquire().await?;
+    let version: i32 = sqlx::query_scalar("SELECT current_setting('server_version_num')::int")
+        .fetch_one(&mut *conn)
+        .await?;
+    if version < 120_000 {
+        return Err(Error::Unsupported(format!(
+            "PostgreSQL 12 or later is needed, the server is version {version}"
+        )));
+    }
+    if current(&mut conn, schema).await? {
+        return Ok(());
+    }
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('punctual schema'), hashtext($1))")
+        .bind(schema)
+        .execute(&mut *tx)
+        .await?;
+    if !current(&mut tx, schema).await? {
+        let script = SCHEMA.replace("__SCHEMA__", &format!("\"{schema}\""));
+        sqlx::raw_sql(&script).execute(&mut *tx).await?;
+        sqlx::raw_sql(&format!(
+            "DELETE FROM \"{schema}\".meta; INSERT INTO \"{schema}\".meta VALUES ({VERSION})"
+        ))
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Whether the schema holds this version's tables and functions (or a
+/// newer one's: an older process leaves them alone).
+async fn current(conn: &mut sqlx::PgConnection, schema: &str) -> Result<bool, Error> {
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = $1 AND tablename = 'meta')",
+    )
+    .bind(schema)
+    .fetch_one(&mut *conn)
+    .await?;
+    if !exists {
+        return Ok(false);
+    }
+    let version: Option<i32> =
+        sqlx::query_scalar(&format!("SELECT max(version) FROM \"{schema}\".meta"))
+            .fetch_one(&mut *conn)
+            .await?;
+    Ok(version.is_some_and(|v| v >= VERSION))
+}

@@ -1,0 +1,654 @@
+-- The tables and functions of the PostgreSQL store, in schema __SCHEMA__
+-- (every queue of the schema shares them, keyed by queue name). `build()`
+-- runs this file under an advisory lock, inside one transaction, when the
+-- schema's version (table `meta`) is older than this file's; it is
+-- idempotent. A service in another language shares a queue by calling the
+-- same functions.
+--
+-- Times are milliseconds since the Unix epoch on the database's clock
+-- (`clock_timestamp()`, read once per call).
+--
+-- An entry is one row of `entries`:
+--   run_at   due time while pending; end of the lease while leased (due
+--            again once it passes); NULL while dead
+--   seq      from the sequence `seq` at insert (and at reset, retry and
+--            requeue): equal `run_at` are taken in insertion order
+--   token    the token of the claim that holds the lease (NULL unless
+--            leased); `since`: when that claim was made
+--   attempt  deliveries so far; `deadline`: when the current delivery was due
+--   tick     the instant of a schedule's tick (NULL for other entries)
+--   reason, died_at  why and when a dead letter died
+-- A schedule is one row of `schedules`: `rec` is 'e,<period ms>,<policy>'
+-- or 'c,<cron expression>'; its one live tick is the entry whose id is the
+-- schedule's name and whose `tick` is set.
+
+CREATE SCHEMA IF NOT EXISTS __SCHEMA__;
+
+CREATE TABLE IF NOT EXISTS __SCHEMA__.meta (version integer NOT NULL);
+
+CREATE SEQUENCE IF NOT EXISTS __SCHEMA__.seq;
+
+CREATE TABLE IF NOT EXISTS __SCHEMA__.entries (
+    queue    text    NOT NULL,
+    id       text    NOT NULL,
+    seq      bigint  NOT NULL,
+    run_at   bigint,
+    value    text    NOT NULL,
+    attempt  integer NOT NULL DEFAULT 0,
+    token    text,
+    since    bigint,
+    deadline bigint,
+    tick     bigint,
+    reason   text,
+    died_at  bigint,
+    PRIMARY KEY (queue, id)
+);
+-- What claims read: live entries in due order.
+CREATE INDEX IF NOT EXISTS entries_due ON __SCHEMA__.entries (queue, run_at, seq)
+    WHERE run_at IS NOT NULL;
+-- A claim sent again after its reply was lost finds its leases by token.
+CREATE INDEX IF NOT EXISTS entries_token ON __SCHEMA__.entries (token)
+    WHERE token IS NOT NULL;
+-- Dead letters, oldest first.
+CREATE INDEX IF NOT EXISTS entries_dead ON __SCHEMA__.entries (queue, died_at, seq)
+    WHERE run_at IS NULL;
+
+CREATE TABLE IF NOT EXISTS __SCHEMA__.schedules (
+    queue text NOT NULL,
+    name  text NOT NULL,
+    rec   text NOT NULL,
+    value text NOT NULL,
+    PRIMARY KEY (queue, name)
+);
+
+-- The database's clock, in ms.
+CREATE OR REPLACE FUNCTION __SCHEMA__.now_ms() RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
+$$;
+
+-- When the queue's head is due (a lease end while leased), or NULL.
+CREATE OR REPLACE FUNCTION __SCHEMA__.head(p_queue text) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT run_at FROM __SCHEMA__.entries
+    WHERE queue = p_queue AND run_at IS NOT NULL
+    ORDER BY run_at, seq LIMIT 1
+$$;
+
+-- Tells waiting consumers (LISTEN on `p_channel`) that an entry is due at
+-- `p_at`, if that is before the old head: only a new head can wake one
+-- earlier. Sent at commit.
+CREATE OR REPLACE FUNCTION __SCHEMA__.announce(p_channel text, p_at bigint, p_old_head bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_old_head IS NULL OR p_at < p_old_head THEN
+        PERFORM pg_notify(p_channel, p_at::text);
+    END IF;
+END $$;
+
+-- INSERT: a new pending entry due at `p_ms` (`p_absolute`) or `p_ms` from
+-- now. `p_id` NULL: an id '#<seq>' is made. Nothing changes if the id is
+-- taken (pending, leased or dead).
+CREATE OR REPLACE FUNCTION __SCHEMA__.insert(p_queue text, p_channel text, p_id text,
+    p_value text, p_absolute boolean, p_ms bigint, OUT inserted boolean, OUT id text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now bigint := __SCHEMA__.now_ms();
+    v_at bigint := CASE WHEN p_absolute THEN p_ms ELSE v_now + p_ms END;
+    v_old_head bigint := __SCHEMA__.head(p_queue);
+    v_seq bigint;
+BEGIN
+    LOOP
+        v_seq := nextval('__SCHEMA__.seq');
+        id := coalesce(p_id, '#' || v_seq);
+        INSERT INTO __SCHEMA__.entries AS e (queue, id, seq, run_at, value)
+        VALUES (p_queue, id, v_seq, v_at, p_value)
+        ON CONFLICT DO NOTHING;
+        inserted := FOUND;
+        -- A made id taken by a caller's own id: make another.
+        EXIT WHEN inserted OR p_id IS NOT NULL;
+    END LOOP;
+    IF inserted THEN
+        PERFORM __SCHEMA__.announce(p_channel, v_at, v_old_head);
+    END IF;
+END $$;
+
+-- INSERT_MANY: new pending entries, `p_ms[i]` from now, ids '#<seq>' in
+-- order; all or none.
+CREATE OR REPLACE FUNCTION __SCHEMA__.insert_many(p_queue text, p_channel text,
+    p_values text[], p_ms bigint[]) RETURNS text[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now bigint := __SCHEMA__.now_ms();
+    v_old_head bigint := __SCHEMA__.head(p_queue);
+    v_ids text[];
+    v_first bigint;
+BEGIN
+    WITH rows AS (
+        SELECT u.ord, nextval('__SCHEMA__.seq') AS seq, u.value, v_now + u.ms AS run_at
+        FROM (SELECT * FROM unnest(p_values, p_ms) WITH ORDINALITY AS u(value, ms, ord)
+              ORDER BY ord) AS u
+    ), inserted AS (
+        INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value)
+        SELECT p_queue, '#' || seq, seq, run_at, value FROM rows
+    )
+    SELECT array_agg('#' || seq ORDER BY ord), min(run_at) INTO v_ids, v_first FROM rows;
+    IF v_first IS NOT NULL THEN
+        PERFORM __SCHEMA__.announce(p_channel, v_first, v_old_head);
+    END IF;
+    RETURN coalesce(v_ids, '{}');
+END $$;
+
+-- REMOVE: deletes an entry, pending, leased or dead; a schedule's tick takes
+-- its schedule with it. `p_tick_only`: only a schedule's tick (and the
+-- schedule, even if it has no tick now). Whether it was there.
+CREATE OR REPLACE FUNCTION __SCHEMA__.remove(p_queue text, p_id text, p_tick_only boolean)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_tick boolean;
+    v_schedule boolean;
+BEGIN
+    SELECT e.tick IS NOT NULL INTO v_tick FROM __SCHEMA__.entries e
+    WHERE e.queue = p_queue AND e.id = p_id FOR UPDATE;
+    IF v_tick IS NULL AND NOT p_tick_only THEN
+        RETURN false;
+    END IF;
+    DELETE FROM __SCHEMA__.schedules s WHERE s.queue = p_queue AND s.name = p_id
+        AND (v_tick IS NULL OR v_tick);
+    v_schedule := FOUND;
+    IF v_tick IS NOT NULL AND (v_tick OR NOT p_tick_only) THEN
+        DELETE FROM __SCHEMA__.entries e WHERE e.queue = p_queue AND e.id = p_id;
+        RETURN true;
+    END IF;
+    RETURN v_schedule;
+END $$;
+
+-- RESET: moves a pending entry to `p_ms` from now, ordered as if inserted
+-- now. Whether it was pending.
+CREATE OR REPLACE FUNCTION __SCHEMA__.reset(p_queue text, p_channel text, p_id text, p_ms bigint)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_at bigint := __SCHEMA__.now_ms() + p_ms;
+    v_old_head bigint := __SCHEMA__.head(p_queue);
+BEGIN
+    UPDATE __SCHEMA__.entries e SET run_at = v_at, seq = nextval('__SCHEMA__.seq')
+    WHERE e.queue = p_queue AND e.id = p_id AND e.run_at IS NOT NULL AND e.token IS NULL;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM __SCHEMA__.announce(p_channel, v_at, v_old_head);
+    RETURN true;
+END $$;
+
+-- REQUEUE_DEAD: a dead letter back as pending, `p_ms` from now, attempts
+-- reset. Whether it was dead.
+CREATE OR REPLACE FUNCTION __SCHEMA__.requeue_dead(p_queue text, p_channel text, p_id text,
+    p_ms bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_at bigint := __SCHEMA__.now_ms() + p_ms;
+    v_old_head bigint := __SCHEMA__.head(p_queue);
+BEGIN
+    UPDATE __SCHEMA__.entries e SET run_at = v_at, seq = nextval('__SCHEMA__.seq'),
+        attempt = 0, deadline = NULL, reason = NULL, died_at = NULL
+    WHERE e.queue = p_queue AND e.id = p_id AND e.run_at IS NULL;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM __SCHEMA__.announce(p_channel, v_at, v_old_head);
+    RETURN true;
+END $$;
+
+-- The instant of the tick after the one at `p_instant`, run from `p_since`
+-- (its claim), by the database's clock `p_now`, for schedule record `p_rec`.
+-- Cron instants come from the client, which parses the expression (the
+-- database's clock still decides which one is next): `p_cands` is
+-- '<rec>\n<from>,<c1>,<c2>,...[,x]', the first instants of the expression
+-- strictly after `from`, ending in 'x' when there are no more.
+-- `state`: 'n' next is the instant; 'x' the expression has none left; 'c'
+-- the candidates do not cover it: the client sends those after `next`.
+CREATE OR REPLACE FUNCTION __SCHEMA__.next_tick(p_rec text, p_instant bigint, p_since bigint,
+    p_now bigint, p_cands text, OUT state text, OUT next bigint)
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_parts text[];
+    v_period bigint;
+    v_policy text;
+    v_ref bigint;
+    v_list text[];
+    v_nl integer;
+BEGIN
+    state := 'n';
+    IF left(p_rec, 2) = 'e,' THEN
+        v_parts := string_to_array(p_rec, ',');
+        v_period := v_parts[2]::bigint;
+        v_policy := v_parts[3];
+        next := p_instant + v_period;
+        IF v_policy <> 'delay' THEN
+            -- Burst and skip stay on the epoch grid (a changed spec leaves
+            -- the running tick on the old grid).
+            next := (floor(p_instant::numeric / v_period)::bigint + 1) * v_period;
+        END IF;
+        IF next > p_now OR v_policy = 'burst' THEN
+            RETURN;
+        END IF;
+        IF v_policy = 'skip' THEN
+            next := (floor(p_now::numeric / v_period)::bigint + 1) * v_period;
+            RETURN;
+        END IF;
+        next := coalesce(p_since, p_now) + v_period; -- delay: the grid moves
+        RETURN;
+    END IF;
+    v_ref := greatest(p_now, p_instant);
+    v_nl := coalesce(strpos(p_cands, E'\n'), 0);
+    IF v_nl = 0 OR left(p_cands, v_nl - 1) <> p_rec THEN
+        state := 'c'; next := v_ref; RETURN;
+    END IF;
+    v_list := string_to_array(substr(p_cands, v_nl + 1), ',');
+    IF v_list[1] !~ '^[0-9]+$' OR v_list[1]::bigint > v_ref THEN
+        state := 'c'; next := v_ref; RETURN;
+    END IF;
+    FOR i IN 2 .. coalesce(array_length(v_list, 1), 0) LOOP
+        IF v_list[i] = 'x' THEN
+            state := 'x'; next := NULL; RETURN;
+        END IF;
+        IF v_list[i]::bigint > v_ref THEN
+            next := v_list[i]::bigint; RETURN;
+        END IF;
+    END LOOP;
+    state := 'c'; next := v_ref;
+END $$;
+
+-- Inserts the tick of schedule `p_name` due at `p_at`: a fresh entry
+-- (attempt 0) with the schedule's value.
+CREATE OR REPLACE FUNCTION __SCHEMA__.successor(p_queue text, p_channel text, p_name text,
+    p_at bigint) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_old_head bigint := __SCHEMA__.head(p_queue);
+BEGIN
+    INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value, tick)
+    SELECT p_queue, p_name, nextval('__SCHEMA__.seq'), p_at, s.value, p_at
+    FROM __SCHEMA__.schedules s WHERE s.queue = p_queue AND s.name = p_name;
+    PERFORM __SCHEMA__.announce(p_channel, p_at, v_old_head);
+END $$;
+
+-- Moves entry `e` to the dead letters with `p_reason`. A tick is kept under
+-- '<name>@<instant>' (its name stays free for its successor).
+CREATE OR REPLACE FUNCTION __SCHEMA__.bury(p_queue text, e __SCHEMA__.entries, p_reason text,
+    p_now bigint) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_dead text := e.id;
+    v_n integer := 1;
+BEGIN
+    IF e.tick IS NULL THEN
+        UPDATE __SCHEMA__.entries d SET run_at = NULL, token = NULL, since = NULL,
+            attempt = e.attempt, reason = p_reason, died_at = p_now
+        WHERE d.queue = p_queue AND d.id = e.id;
+        RETURN;
+    END IF;
+    v_dead := e.id || '@' || e.tick;
+    WHILE EXISTS (SELECT 1 FROM __SCHEMA__.entries d WHERE d.queue = p_queue AND d.id = v_dead) LOOP
+        v_n := v_n + 1;
+        v_dead := e.id || '@' || e.tick || '.' || v_n;
+    END LOOP;
+    DELETE FROM __SCHEMA__.entries d WHERE d.queue = p_queue AND d.id = e.id;
+    INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value, attempt, deadline, reason, died_at)
+    VALUES (p_queue, v_dead, e.seq, NULL, e.value, e.attempt, e.deadline, p_reason, p_now);
+END $$;
+
+-- Finishes the delivery (`p_id`, `p_token`). `p_kind`: 'a' ack; 'r' retry,
+-- due `p_ms` from now, attempts kept; 'f' fail: a retry as 'r', or to the
+-- dead letters with `p_reason` once the attempt reached `p_limit` (0:
+-- never); 'b' bury: to the dead letters with `p_reason`, that delivery not
+-- counted; 'g' give back, due at once in its old place (`p_ms` 1: the
+-- attempt counts, 0: it does not); 'G' gives back, uncounted, every
+-- delivery of the claim `p_token`. A tick that leaves its schedule (ack,
+-- dead) gets its successor; `p_cands` are the cron instants for it.
+-- `result`: 1 applied (2: and a failure went to the dead letters), 0 the
+-- lease was lost (nothing changed), -1 the successor needs the cron
+-- instants of `rec` after `cron_from` (nothing changed).
+CREATE OR REPLACE FUNCTION __SCHEMA__.finish_one(p_queue text, p_channel text, p_limit integer,
+    p_now bigint, p_kind text, p_id text, p_token text, p_ms bigint, p_reason text, p_cands text,
+    OUT result integer, OUT cron_from bigint, OUT rec text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    e __SCHEMA__.entries;
+    v_kind text := p_kind;
+    v_old_head bigint;
+    v_state text;
+    v_next bigint;
+BEGIN
+    result := 1;
+    IF v_kind = 'G' THEN
+        FOR e IN SELECT * FROM __SCHEMA__.entries d
+                 WHERE d.token = p_token AND d.queue = p_queue FOR UPDATE LOOP
+            PERFORM __SCHEMA__.finish_one(p_queue, p_channel, p_limit, p_now, 'g', e.id,
+                p_token, 0, '', '');
+        END LOOP;
+        RETURN;
+    END IF;
+    SELECT * INTO e FROM __SCHEMA__.entries d
+    WHERE d.queue = p_queue AND d.id = p_id AND d.token = p_token FOR UPDATE;
+    IF NOT FOUND THEN
+        result := 0;
+        RETURN;
+    END IF;
+    IF v_kind = 'f' THEN
+        IF p_limit > 0 AND e.attempt >= p_limit THEN
+            v_kind := 'd'; result := 2;
+        ELSE
+            v_kind := 'r';
+        END IF;
+    ELSIF v_kind = 'b' THEN
+        e.attempt := greatest(e.attempt - 1, 0);
+        v_kind := 'd';
+    END IF;
+    IF v_kind = 'r' OR v_kind = 'g' THEN
+        v_old_head := __SCHEMA__.head(p_queue);
+        IF v_kind = 'r' THEN
+            v_next := p_now + p_ms;
+            UPDATE __SCHEMA__.entries d SET run_at = v_next, seq = nextval('__SCHEMA__.seq'),
+                token = NULL, since = NULL
+            WHERE d.queue = p_queue AND d.id = p_id;
+        ELSE
+            v_next := least(coalesce(e.deadline, p_now), p_now);
+            UPDATE __SCHEMA__.entries d SET run_at = v_next, token = NULL, since = NULL,
+                attempt = CASE WHEN p_ms = 0 THEN greatest(e.attempt - 1, 0) ELSE e.attempt END
+            WHERE d.queue = p_queue AND d.id = p_id;
+        END IF;
+        PERFORM __SCHEMA__.announce(p_channel, v_next, v_old_head);
+        RETURN;
+    END IF;
+    -- 'a' or 'd': the entry leaves the schedule.
+    v_next := NULL;
+    IF e.tick IS NOT NULL THEN
+        SELECT s.rec INTO rec FROM __SCHEMA__.schedules s
+        WHERE s.queue = p_queue AND s.name = p_id;
+        IF rec IS NOT NULL THEN
+            SELECT t.state, t.next INTO v_state, v_next
+            FROM __SCHEMA__.next_tick(rec, e.tick, e.since, p_now, p_cands) t;
+            IF v_state = 'c' THEN
+                result := -1; cron_from := v_next;
+                RETURN;
+            END IF;
+        END IF;
+    END IF;
+    IF v_kind = 'd' THEN
+        PERFORM __SCHEMA__.bury(p_queue, e, p_reason, p_now);
+    ELSE
+        DELETE FROM __SCHEMA__.entries d WHERE d.queue = p_queue AND d.id = p_id;
+    END IF;
+    IF v_next IS NOT NULL THEN
+        PERFORM __SCHEMA__.successor(p_queue, p_channel, p_id, v_next);
+    END IF;
+    rec := NULL;
+END $$;
+
+-- Applies the ops given as parallel arrays (see finish_one), plain acks (a
+-- worker's usual op) in one statement. One result per op, in order.
+CREATE OR REPLACE FUNCTION __SCHEMA__.finish_all(p_queue text, p_channel text, p_limit integer,
+    p_now bigint, p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[],
+    p_reasons text[], p_cands text[], OUT results integer[], OUT cron_from bigint[],
+    OUT recs text[]) LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer := coalesce(array_length(p_kinds, 1), 0);
+    v_acked bigint[];
+    v_one record;
+BEGIN
+    results := array_fill(NULL::integer, ARRAY[v_n]);
+    cron_from := array_fill(NULL::bigint, ARRAY[v_n]);
+    recs := array_fill(NULL::text, ARRAY[v_n]);
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    -- Plain acks: entries that are not ticks, deleted together.
+    WITH acked AS (
+        DELETE FROM __SCHEMA__.entries d
+        USING unnest(p_kinds, p_ids, p_tokens) WITH ORDINALITY AS o(kind, id, token, ord)
+        WHERE o.kind = 'a' AND d.queue = p_queue AND d.id = o.id AND d.token = o.token
+          AND d.tick IS NULL
+        RETURNING o.ord
+    )
+    SELECT coalesce(array_agg(ord), '{}') INTO v_acked FROM acked;
+    FOR i IN 1 .. v_n LOOP
+        IF p_kinds[i] = 'a' AND i = ANY (v_acked) THEN
+            results[i] := 1;
+        ELSE
+            SELECT * INTO v_one FROM __SCHEMA__.finish_one(p_queue, p_channel, p_limit, p_now,
+                p_kinds[i], p_ids[i], p_tokens[i], p_ms[i], p_reasons[i], p_cands[i]) f;
+            results[i] := v_one.result;
+            cron_from[i] := v_one.cron_from;
+            recs[i] := v_one.rec;
+        END IF;
+    END LOOP;
+END $$;
+
+-- FINISH: applies ops (see finish_all) without claiming.
+CREATE OR REPLACE FUNCTION __SCHEMA__.finish(p_queue text, p_channel text, p_limit integer,
+    p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[], p_reasons text[],
+    p_cands text[], OUT now bigint, OUT results integer[], OUT cron_from bigint[],
+    OUT recs text[]) LANGUAGE plpgsql AS $$
+BEGIN
+    now := __SCHEMA__.now_ms();
+    SELECT f.results, f.cron_from, f.recs INTO results, cron_from, recs
+    FROM __SCHEMA__.finish_all(p_queue, p_channel, p_limit, now, p_kinds, p_ids, p_tokens,
+        p_ms, p_reasons, p_cands) f;
+END $$;
+
+-- CLAIM: applies ops (see finish_all), then leases up to `p_max` due
+-- entries, in order, for `p_lease` ms to the claim `p_token`. An entry past
+-- `p_limit` deliveries goes to the dead letters instead (a cron tick is
+-- handed out with a reason to bury it in `whys`: its successor needs the
+-- client's cron instants). `p_recover`: the claim is sent again after its
+-- reply was lost; what it leased then is returned, if it ran. Rows locked
+-- by other claims are skipped, so claims never wait on each other.
+-- `head`: when the head is due after the claim (NULL: empty queue);
+-- `more`: more entries were due than taken.
+CREATE OR REPLACE FUNCTION __SCHEMA__.claim(p_queue text, p_channel text, p_max integer,
+    p_lease bigint, p_limit integer, p_token text, p_recover boolean,
+    p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[], p_reasons text[],
+    p_cands text[],
+    OUT now bigint, OUT head bigint, OUT more boolean,
+    OUT results integer[], OUT cron_from bigint[], OUT recs text[],
+    OUT ids text[], OUT vals text[], OUT attempts integer[], OUT deadlines bigint[],
+    OUT lease_ends bigint[], OUT schedule_recs text[], OUT whys text[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_lease_end bigint;
+    v_limit_reason text := 'not acked after ' || p_limit || ' deliveries';
+    e __SCHEMA__.entries;
+    v_rec text;
+    v_state text;
+    v_next bigint;
+    v_found integer := 0;
+BEGIN
+    now := __SCHEMA__.now_ms();
+    v_lease_end := now + p_lease;
+    more := false;
+    SELECT f.results, f.cron_from, f.recs INTO results, cron_from, recs
+    FROM __SCHEMA__.finish_all(p_queue, p_channel, p_limit, now, p_kinds, p_ids, p_tokens,
+        p_ms, p_reasons, p_cands) f;
+    ids := '{}'; vals := '{}'; attempts := '{}'; deadlines := '{}'; lease_ends := '{}';
+    schedule_recs := '{}'; whys := '{}';
+    IF p_recover THEN
+        FOR e IN SELECT * FROM __SCHEMA__.entries d
+                 WHERE d.token = p_token AND d.queue = p_queue
+                 ORDER BY d.deadline, d.seq LOOP
+            SELECT s.rec INTO v_rec FROM __SCHEMA__.schedules s
+            WHERE e.tick IS NOT NULL AND s.queue = p_queue AND s.name = e.id;
+            ids := ids || e.id; vals := vals || e.value; attempts := attempts || e.attempt;
+            deadlines := deadlines || e.deadline; lease_ends := lease_ends || e.run_at;
+            schedule_recs := schedule_recs || v_rec;
+            whys := whys || CASE WHEN p_limit > 0 AND e.attempt > p_limit
+                THEN v_limit_reason END;
+        END LOOP;
+        IF array_length(ids, 1) > 0 THEN
+            head := __SCHEMA__.head(p_queue);
+            RETURN;
+        END IF;
+    END IF;
+    -- One more than asked: if it comes, more are due.
+    FOR e IN SELECT * FROM __SCHEMA__.entries d
+             WHERE d.queue = p_queue AND d.run_at <= (SELECT now)
+             ORDER BY d.run_at, d.seq
+             LIMIT p_max + 1 FOR UPDATE SKIP LOCKED LOOP
+        v_found := v_found + 1;
+        IF v_found > p_max THEN
+            more := true;
+            head := e.run_at;
+            EXIT;
+        END IF;
+        v_rec := NULL;
+        IF e.tick IS NOT NULL THEN
+            SELECT s.rec INTO v_rec FROM __SCHEMA__.schedules s
+            WHERE s.queue = p_queue AND s.name = e.id;
+        END IF;
+        e.attempt := e.attempt + 1;
+        e.deadline := coalesce(e.tick, e.run_at);
+        IF p_limit > 0 AND e.attempt > p_limit AND NOT coalesce(left(v_rec, 2) = 'c,', false) THEN
+            e.attempt := p_limit;
+            v_next := NULL;
+            IF v_rec IS NOT NULL THEN
+                SELECT t.state, t.next INTO v_state, v_next
+                FROM __SCHEMA__.next_tick(v_rec, e.tick, NULL, now, NULL) t;
+            END IF;
+            PERFORM __SCHEMA__.bury(p_queue, e, v_limit_reason, now);
+            IF v_next IS NOT NULL THEN
+                PERFORM __SCHEMA__.successor(p_queue, p_channel, e.id, v_next);
+            END IF;
+        ELSE
+            UPDATE __SCHEMA__.entries d SET run_at = v_lease_end, attempt = e.attempt,
+                deadline = e.deadline, token = p_token, since = now
+            WHERE d.queue = p_queue AND d.id = e.id;
+            ids := ids || e.id; vals := vals || e.value; attempts := attempts || e.attempt;
+            deadlines := deadlines || e.deadline; lease_ends := lease_ends || v_lease_end;
+            schedule_recs := schedule_recs || v_rec;
+            whys := whys || CASE WHEN p_limit > 0 AND e.attempt > p_limit
+                THEN v_limit_reason END;
+        END IF;
+    END LOOP;
+    IF NOT more THEN
+        head := __SCHEMA__.head(p_queue);
+    END IF;
+END $$;
+
+-- EXTEND: pushes the end of held leases (`p_ids[i]`, `p_tokens[i]`) to now
+-- + `p_lease`. Each new end, or 0 where the lease was lost. A lease end
+-- moved before the head is announced, like an insert.
+CREATE OR REPLACE FUNCTION __SCHEMA__.extend(p_queue text, p_channel text, p_lease bigint,
+    p_ids text[], p_tokens text[]) RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    v_end bigint := __SCHEMA__.now_ms() + p_lease;
+    v_old_head bigint := __SCHEMA__.head(p_queue);
+    v_held bigint[];
+BEGIN
+    WITH moved AS (
+        UPDATE __SCHEMA__.entries d SET run_at = v_end
+        FROM unnest(p_ids, p_tokens) WITH ORDINALITY AS o(id, token, ord)
+        WHERE d.queue = p_queue AND d.id = o.id AND d.token = o.token
+        RETURNING o.ord
+    )
+    SELECT coalesce(array_agg(ord), '{}') INTO v_held FROM moved;
+    IF array_length(v_held, 1) > 0 THEN
+        PERFORM __SCHEMA__.announce(p_channel, v_end, v_old_head);
+    END IF;
+    RETURN ARRAY(SELECT CASE WHEN o.ord = ANY (v_held) THEN v_end ELSE 0 END
+                 FROM unnest(p_ids) WITH ORDINALITY AS o(id, ord) ORDER BY o.ord);
+END $$;
+
+-- STATS: {pending, due, leased, dead}, on one clock; an expired lease
+-- counts as due.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stats(p_queue text, OUT pending bigint, OUT due bigint,
+    OUT leased bigint, OUT dead bigint) LANGUAGE plpgsql AS $$
+DECLARE
+    v_now bigint := __SCHEMA__.now_ms();
+BEGIN
+    SELECT count(*) FILTER (WHERE e.run_at > v_now AND e.token IS NULL),
+           count(*) FILTER (WHERE e.run_at <= v_now),
+           count(*) FILTER (WHERE e.run_at > v_now AND e.token IS NOT NULL),
+           count(*) FILTER (WHERE e.run_at IS NULL)
+    INTO pending, due, leased, dead
+    FROM __SCHEMA__.entries e WHERE e.queue = p_queue;
+END $$;
+
+-- SCHEDULE: creates or changes the recurring schedule `p_name` (an
+-- upsert). `p_rec`: 'e,<period ms>,<policy>' or 'c,<expression>'; `p_cands`:
+-- cron instants (see next_tick; '' for none yet).
+-- `result`: 1 created or changed; 0 the same call was made before (nothing
+-- changes); -1 a cron schedule needs its instants after `cron_from`
+-- (nothing changes); -2 the name is taken by an entry that is not a tick
+-- (nothing changes). A changed spec moves a pending tick to the new spec's
+-- first instant after now; a leased tick keeps running and its ack follows
+-- the new spec. A schedule whose tick is missing gets one.
+CREATE OR REPLACE FUNCTION __SCHEMA__.schedule(p_queue text, p_channel text, p_name text,
+    p_rec text, p_value text, p_cands text, OUT result integer, OUT cron_from bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now bigint := __SCHEMA__.now_ms();
+    v_old __SCHEMA__.schedules;
+    e __SCHEMA__.entries;
+    v_move boolean;
+    v_first bigint;
+    v_state text;
+    v_period bigint;
+BEGIN
+    -- Serializes upserts of one name (the row may not exist yet).
+    PERFORM pg_advisory_xact_lock(hashtext('__SCHEMA__'), hashtext(p_queue || '/' || p_name));
+    SELECT * INTO v_old FROM __SCHEMA__.schedules s
+    WHERE s.queue = p_queue AND s.name = p_name FOR UPDATE;
+    SELECT * INTO e FROM __SCHEMA__.entries d
+    WHERE d.queue = p_queue AND d.id = p_name FOR UPDATE;
+    IF e.id IS NOT NULL AND e.tick IS NULL THEN
+        result := -2;
+        RETURN;
+    END IF;
+    IF v_old.rec = p_rec AND v_old.value = p_value AND e.id IS NOT NULL THEN
+        result := 0;
+        RETURN;
+    END IF;
+    v_move := e.id IS NULL OR (v_old.rec IS DISTINCT FROM p_rec AND e.token IS NULL);
+    IF v_move THEN
+        IF left(p_rec, 2) = 'e,' THEN
+            v_period := (string_to_array(p_rec, ','))[2]::bigint;
+            -- The grid is anchored at the Unix epoch, so replicas agree.
+            v_first := (floor(v_now::numeric / v_period)::bigint + 1) * v_period;
+        ELSE
+            SELECT t.state, t.next INTO v_state, v_first
+            FROM __SCHEMA__.next_tick(p_rec, v_now, NULL, v_now, p_cands) t;
+            IF v_state = 'c' THEN
+                result := -1; cron_from := v_first;
+                RETURN;
+            END IF;
+        END IF;
+    END IF;
+    INSERT INTO __SCHEMA__.schedules (queue, name, rec, value)
+    VALUES (p_queue, p_name, p_rec, p_value)
+    ON CONFLICT (queue, name) DO UPDATE SET rec = excluded.rec, value = excluded.value;
+    IF NOT v_move THEN
+        -- The pending tick keeps its instant, and takes the new value.
+        UPDATE __SCHEMA__.entries d SET value = p_value
+        WHERE d.queue = p_queue AND d.id = p_name;
+    ELSE
+        DELETE FROM __SCHEMA__.entries d WHERE d.queue = p_queue AND d.id = p_name;
+        -- NULL: a cron expression with no instant left keeps no tick.
+        IF v_first IS NOT NULL THEN
+            PERFORM __SCHEMA__.successor(p_queue, p_channel, p_name, v_first);
+        END IF;
+    END IF;
+    result := 1;
+END $$;
+
+-- SCHEDULES: every schedule with its record, value and next instant (NULL
+-- while its tick is leased or missing).
+CREATE OR REPLACE FUNCTION __SCHEMA__.schedules(p_queue text)
+RETURNS TABLE (name text, rec text, value text, next bigint) LANGUAGE sql STABLE AS $$
+    SELECT s.name, s.rec, s.value, CASE WHEN e.token IS NULL THEN e.run_at END
+    FROM __SCHEMA__.schedules s
+    LEFT JOIN __SCHEMA__.entries e ON e.queue = s.queue AND e.id = s.name AND e.tick IS NOT NULL
+    WHERE s.queue = p_queue ORDER BY s.name
+$$;
+
+-- PURGE: deletes every entry and schedule of the queue.
+CREATE OR REPLACE FUNCTION __SCHEMA__.purge(p_queue text) RETURNS void LANGUAGE sql AS $$
+    DELETE FROM __SCHEMA__.entries WHERE queue = p_queue;
+    DELETE FROM __SCHEMA__.schedules WHERE queue = p_queue;
+$$;
