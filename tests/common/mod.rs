@@ -34,6 +34,8 @@ impl Drop for Bomb {
 }
 
 pub mod ledger;
+#[cfg(feature = "postgres")]
+pub mod pg;
 pub mod proxy;
 #[cfg(feature = "redis")]
 pub mod redis_queue;
