@@ -40,3 +40,4 @@ pub mod proxy;
 #[cfg(feature = "redis")]
 pub mod redis_queue;
 pub mod redis_server;
+pub mod stores;
