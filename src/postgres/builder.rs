@@ -84,7 +84,10 @@ impl<T> PgQueueBuilder<T> {
     /// If `lease` is zero.
     #[track_caller]
     pub fn lease(mut self, lease: Duration) -> Self {
-        assert!(!lease.is_zero(), "PgQueueBuilder::lease: the lease must not be zero");
+        assert!(
+            !lease.is_zero(),
+            "PgQueueBuilder::lease: the lease must not be zero"
+        );
         self.lease = lease;
         self
     }

@@ -91,7 +91,9 @@ impl Error {
     pub(crate) fn is_in_doubt(&self) -> bool {
         matches!(
             self,
-            Error::Database(sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed | sqlx::Error::Protocol(_))
+            Error::Database(
+                sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed | sqlx::Error::Protocol(_)
+            )
         )
     }
 }
@@ -143,7 +145,9 @@ pub(crate) fn check_schema(schema: &str) -> Result<(), Error> {
     let plain = !schema.is_empty()
         && schema.len() <= 63
         && !schema.starts_with(|c: char| c.is_ascii_digit())
-        && schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        && schema
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_');
     if plain {
         Ok(())
     } else {

@@ -225,7 +225,10 @@ enum OpResult {
     Applied(Applied),
     /// Not applied: the successor of the tick needs the cron instants of
     /// schedule record `rec` after `from`.
-    NeedsCron { from: i64, rec: String },
+    NeedsCron {
+        from: i64,
+        rec: String,
+    },
 }
 
 impl Inner {

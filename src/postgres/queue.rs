@@ -146,7 +146,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     ) -> Result<bool, Error> {
         check_id(id)?;
         let pool = &self.inner.pool;
-        let (inserted, _) = self.put(pool, Some(id), value, false, millis(delay)).await?;
+        let (inserted, _) = self
+            .put(pool, Some(id), value, false, millis(delay))
+            .await?;
         Ok(inserted)
     }
 
@@ -499,7 +501,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         until: Option<Instant>,
     ) -> Result<Vec<Delivery<T>>, Error> {
         let taken = take_until(self, max, until).await?;
-        Ok(taken.into_iter().map(|taken| self.delivery(taken)).collect())
+        Ok(taken
+            .into_iter()
+            .map(|taken| self.delivery(taken))
+            .collect())
     }
 
     fn delivery(&self, taken: Taken<T, super::inner::Held>) -> Delivery<T> {

@@ -84,6 +84,16 @@ pub(crate) async fn install(pool: &PgPool, schema: &str) -> Result<(), Error> {
         .execute(&mut *tx)
         .await?;
     if !current(&mut tx, schema).await? {
+        // An older version's functions may differ in their signatures,
+        // which `CREATE OR REPLACE` cannot change: they go first.
+        sqlx::raw_sql(&format!(
+            "DO $$ DECLARE f regprocedure; BEGIN \
+               FOR f IN SELECT p.oid::regprocedure FROM pg_proc p \
+                 JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = '{schema}' \
+               LOOP EXECUTE 'DROP FUNCTION ' || f; END LOOP; END $$"
+        ))
+        .execute(&mut *tx)
+        .await?;
         let script = SCHEMA.replace("__SCHEMA__", &format!("\"{schema}\""));
         sqlx::raw_sql(&script).execute(&mut *tx).await?;
         sqlx::raw_sql(&format!(

@@ -146,21 +146,31 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.remove(p_queue text, p_id text, p_tick_onl
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
     v_tick boolean;
-    v_schedule boolean;
+    v_found boolean;
 BEGIN
-    SELECT e.tick IS NOT NULL INTO v_tick FROM __SCHEMA__.entries e
-    WHERE e.queue = p_queue AND e.id = p_id FOR UPDATE;
-    IF v_tick IS NULL AND NOT p_tick_only THEN
+    IF p_tick_only THEN
+        DELETE FROM __SCHEMA__.schedules s WHERE s.queue = p_queue AND s.name = p_id;
+        v_found := FOUND;
+        DELETE FROM __SCHEMA__.entries e
+        WHERE e.queue = p_queue AND e.id = p_id AND e.tick IS NOT NULL;
+        v_found := v_found OR FOUND;
+        -- Again, in a new snapshot: an ack that held the tick while the
+        -- statement above waited for it has inserted its successor.
+        DELETE FROM __SCHEMA__.entries e
+        WHERE e.queue = p_queue AND e.id = p_id AND e.tick IS NOT NULL;
+        RETURN v_found OR FOUND;
+    END IF;
+    DELETE FROM __SCHEMA__.entries e WHERE e.queue = p_queue AND e.id = p_id
+    RETURNING e.tick IS NOT NULL INTO v_tick;
+    IF v_tick IS NULL THEN
         RETURN false;
     END IF;
-    DELETE FROM __SCHEMA__.schedules s WHERE s.queue = p_queue AND s.name = p_id
-        AND (v_tick IS NULL OR v_tick);
-    v_schedule := FOUND;
-    IF v_tick IS NOT NULL AND (v_tick OR NOT p_tick_only) THEN
-        DELETE FROM __SCHEMA__.entries e WHERE e.queue = p_queue AND e.id = p_id;
-        RETURN true;
+    IF v_tick THEN
+        DELETE FROM __SCHEMA__.schedules s WHERE s.queue = p_queue AND s.name = p_id;
+        DELETE FROM __SCHEMA__.entries e
+        WHERE e.queue = p_queue AND e.id = p_id AND e.tick IS NOT NULL;
     END IF;
-    RETURN v_schedule;
+    RETURN true;
 END $$;
 
 -- RESET: moves a pending entry to `p_ms` from now, ordered as if inserted
