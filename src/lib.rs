@@ -23,6 +23,13 @@
 //! All times are [`tokio::time::Instant`] and [`std::time::Duration`], so
 //! tests can drive everything with paused time.
 //!
+//! For work that must outlive the process, the same delay queue lives in a
+//! store every replica shares: `punctual::redis::RedisQueue` (cargo feature
+//! `redis`) and `punctual::postgres::PgQueue` (cargo feature `postgres`,
+//! with inserts inside the caller's transaction). `punctual::durable` runs
+//! them: a `Worker` with retries, lease heartbeats and graceful shutdown,
+//! and recurring schedules that run once per tick across every replica.
+//!
 //! # Waiting consumers
 //!
 //! A consumer waiting in [`DelayQueue::take`] may be the one that times the
@@ -62,9 +69,9 @@ mod cron;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod durable;
 mod lock;
-mod queue;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod queue;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod scheduler;

@@ -4,7 +4,8 @@
 //!
 //! What [`Scheduler`](crate::Scheduler) is to the in-memory
 //! [`DelayQueue`](crate::DelayQueue), this module is to the durable queues
-//! ([`RedisQueue`](crate::redis::RedisQueue)): one worker implementation
+//! (`RedisQueue` with the feature `redis`, `PgQueue` with `postgres`): one
+//! worker implementation
 //! for every store, which only answers (claim many, finish and claim in one
 //! round trip, extend many, give back).
 //!
@@ -71,7 +72,8 @@ pub(crate) use schedule::cron_instants;
 pub(crate) use schedule::{period_ms, policy, spec_of};
 pub use worker::{Worker, WorkerBuilder, WorkerStats};
 
-/// A durable queue a [`Worker`] can run: [`RedisQueue<T>`](crate::redis::RedisQueue).
+/// A durable queue a [`Worker`] can run: `RedisQueue<T>` (feature `redis`)
+/// or `PgQueue<T>` (feature `postgres`).
 ///
 /// Sealed: the stores implement it inside the crate; its methods are the
 /// worker's private seam.
