@@ -41,3 +41,4 @@ pub mod proxy;
 pub mod redis_queue;
 pub mod redis_server;
 pub mod stores;
+pub mod wait;
