@@ -1,26 +1,23 @@
-#![cfg(feature = "redis")]
-//! `punctual::durable::Worker` on a `RedisQueue`: acks, retries with
-//! backoff, dead letters, panics, timeouts, the concurrency bound, leases
-//! kept alive and lost, shutdown, and a worker process killed mid-handler.
+#![cfg(any(feature = "redis", feature = "postgres"))]
+//! `punctual::durable::Worker` on every durable store (`RedisQueue`,
+//! `PgQueue`): acks, retries with backoff, dead letters, panics, timeouts,
+//! the concurrency bound, leases kept alive and lost, shutdown, and a worker
+//! process killed mid-handler.
 //!
-//! Real time: the Redis server's clock decides what is due and when a lease
+//! Real time: the store server's clock decides what is due and when a lease
 //! runs out. Waits are bounded by `WAIT` (never reached when green).
 
 mod common;
 
-use common::redis_queue::{HOUR, WAIT, eventually, finish, ms, queue, wall, within};
-use common::redis_server::RedisServer;
+use common::wait::{
+    HOUR, OpenInParent, WAIT, child_command, child_role, eventually, finish, ms, wall, within,
+};
 use punctual::durable::{Backoff, Job, Worker, WorkerStats};
-use punctual::redis::{RedisQueue, RedisStats};
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::{Instant, sleep};
-
-const CHILD: &str = "PUNCTUAL_TEST_CHILD";
-const CHILD_URL: &str = "PUNCTUAL_TEST_REDIS_URL";
 
 /// Waits until `worker`'s stats satisfy `check`.
 async fn stats_until(worker: &Worker, what: &str, check: impl Fn(&WorkerStats) -> bool) {
@@ -32,350 +29,352 @@ async fn stats_until(worker: &Worker, what: &str, check: impl Fn(&WorkerStats) -
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ok_acks_every_entry() {
-    let server = RedisServer::start();
-    let q = queue(&server, "acks", HOUR, 10).await;
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let worker = Worker::builder(q.clone()).concurrency(4).spawn({
-        let seen = Arc::clone(&seen);
-        move |job: Job<u64>| {
-            let seen = Arc::clone(&seen);
-            async move {
-                assert_eq!(job.attempt(), 1);
-                assert_eq!(job.schedule(), None);
-                seen.lock().unwrap().push(job.into_value());
-                Ok::<(), String>(())
-            }
-        }
-    });
-    let values: Vec<(u64, Duration)> = (0..20).map(|i| (i, ms(i * 10))).collect();
-    q.insert_many(&values).await.unwrap();
-    stats_until(&worker, "20 acked", |s| s.completed == 20).await;
-    let mut seen = seen.lock().unwrap().clone();
-    seen.sort_unstable();
-    assert_eq!(seen, (0..20).collect::<Vec<_>>());
-    assert_eq!(q.stats().await.unwrap(), RedisStats::default());
-    let stats = worker.shutdown(ms(100)).await;
-    assert_eq!(
-        stats,
-        WorkerStats {
-            completed: 20,
-            ..WorkerStats::default()
-        }
-    );
-}
+common::stores::on_every_store! {
+    /// Queue `name` of `u64` on `store` with the given lease and max attempts,
+    /// polling every 50 ms.
+    async fn queue(store: &Store, name: &str, lease: Duration, max_attempts: u32) -> Q<u64> {
+        store
+            .builder(name)
+            .lease(lease)
+            .max_attempts(max_attempts)
+            .poll_interval(ms(50))
+            .build()
+            .await
+            .expect("connect")
+    }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_error_is_retried_after_the_backoff_with_the_next_attempt() {
-    let server = RedisServer::start();
-    let q = queue(&server, "retries", HOUR, 10).await;
-    let runs = Arc::new(Mutex::new(Vec::new()));
-    let worker = Worker::builder(q.clone())
-        .backoff(Backoff::fixed(ms(300)))
-        .spawn({
-            let runs = Arc::clone(&runs);
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ok_acks_every_entry() {
+        let store = Store::start();
+        let q = queue(&store, "acks", HOUR, 10).await;
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let worker = Worker::builder(q.clone()).concurrency(4).spawn({
+            let seen = Arc::clone(&seen);
             move |job: Job<u64>| {
-                let runs = Arc::clone(&runs);
+                let seen = Arc::clone(&seen);
                 async move {
-                    runs.lock().unwrap().push((job.attempt(), Instant::now()));
-                    if job.attempt() == 1 {
-                        Err("not yet")
-                    } else {
-                        Ok(())
+                    assert_eq!(job.attempt(), 1);
+                    assert_eq!(job.schedule(), None);
+                    seen.lock().unwrap().push(job.into_value());
+                    Ok::<(), String>(())
+                }
+            }
+        });
+        let values: Vec<(u64, Duration)> = (0..20).map(|i| (i, ms(i * 10))).collect();
+        q.insert_many(&values).await.unwrap();
+        stats_until(&worker, "20 acked", |s| s.completed == 20).await;
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..20).collect::<Vec<_>>());
+        assert_eq!(q.stats().await.unwrap(), Stats::default());
+        let stats = worker.shutdown(ms(100)).await;
+        assert_eq!(
+            stats,
+            WorkerStats {
+                completed: 20,
+                ..WorkerStats::default()
+            }
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_error_is_retried_after_the_backoff_with_the_next_attempt() {
+        let store = Store::start();
+        let q = queue(&store, "retries", HOUR, 10).await;
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let worker = Worker::builder(q.clone())
+            .backoff(Backoff::fixed(ms(300)))
+            .spawn({
+                let runs = Arc::clone(&runs);
+                move |job: Job<u64>| {
+                    let runs = Arc::clone(&runs);
+                    async move {
+                        runs.lock().unwrap().push((job.attempt(), Instant::now()));
+                        if job.attempt() == 1 {
+                            Err("not yet")
+                        } else {
+                            Ok(())
+                        }
                     }
                 }
-            }
-        });
-    q.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
-    stats_until(&worker, "acked on the second attempt", |s| s.completed == 1).await;
-    let runs = runs.lock().unwrap().clone();
-    assert_eq!(runs.len(), 2);
-    assert_eq!((runs[0].0, runs[1].0), (1, 2));
-    let gap = runs[1].1 - runs[0].1;
-    assert!(gap >= ms(290), "retried after {gap:?}, before the backoff");
-    let stats = worker.shutdown(ms(100)).await;
-    assert_eq!((stats.completed, stats.failed, stats.dead), (1, 1, 0));
-}
+            });
+        q.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
+        stats_until(&worker, "acked on the second attempt", |s| s.completed == 1).await;
+        let runs = runs.lock().unwrap().clone();
+        assert_eq!(runs.len(), 2);
+        assert_eq!((runs[0].0, runs[1].0), (1, 2));
+        let gap = runs[1].1 - runs[0].1;
+        assert!(gap >= ms(290), "retried after {gap:?}, before the backoff");
+        let stats = worker.shutdown(ms(100)).await;
+        assert_eq!((stats.completed, stats.failed, stats.dead), (1, 1, 0));
+    }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failures_dead_letter_after_max_attempts_with_the_errors_display() {
-    let server = RedisServer::start();
-    let q = queue(&server, "dies", HOUR, 3).await;
-    let worker = Worker::builder(q.clone())
-        .backoff(Backoff::fixed(ms(10)))
-        .spawn(|job: Job<u64>| async move { Err(format!("boom {}", job.attempt())) });
-    q.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
-    stats_until(&worker, "dead", |s| s.dead == 1).await;
-    let dead = q.dead_letters(10).await.unwrap();
-    assert_eq!(dead.len(), 1);
-    assert_eq!(
-        (
-            dead[0].id.as_str(),
-            dead[0].value,
-            dead[0].attempts,
-            dead[0].reason.as_str()
-        ),
-        ("a", Some(1), 3, "boom 3")
-    );
-    let stats = worker.shutdown(ms(100)).await;
-    assert_eq!((stats.completed, stats.failed, stats.dead), (0, 3, 1));
-}
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn failures_dead_letter_after_max_attempts_with_the_errors_display() {
+        let store = Store::start();
+        let q = queue(&store, "dies", HOUR, 3).await;
+        let worker = Worker::builder(q.clone())
+            .backoff(Backoff::fixed(ms(10)))
+            .spawn(|job: Job<u64>| async move { Err(format!("boom {}", job.attempt())) });
+        q.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
+        stats_until(&worker, "dead", |s| s.dead == 1).await;
+        let dead = q.dead_letters(10).await.unwrap();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(
+            (
+                dead[0].id.as_str(),
+                dead[0].value,
+                dead[0].attempts,
+                dead[0].reason.as_str()
+            ),
+            ("a", Some(1), 3, "boom 3")
+        );
+        let stats = worker.shutdown(ms(100)).await;
+        assert_eq!((stats.completed, stats.failed, stats.dead), (0, 3, 1));
+    }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panicking_handler_is_a_failed_attempt_and_the_worker_survives() {
-    let server = RedisServer::start();
-    let q = queue(&server, "panics", HOUR, 1).await;
-    let worker = Worker::builder(q.clone())
-        .concurrency(1)
-        .spawn(|job: Job<u64>| async move {
-            if *job.value() == 0 {
-                panic!("handler exploded");
-            }
-            Ok::<(), String>(())
-        });
-    q.insert_with_id("bad", &0, Duration::ZERO).await.unwrap();
-    q.insert_with_id("good", &1, ms(50)).await.unwrap();
-    stats_until(&worker, "the good one acked", |s| s.completed == 1).await;
-    let dead = q.dead_letters(10).await.unwrap();
-    assert_eq!(dead.len(), 1);
-    assert_eq!(
-        (dead[0].id.as_str(), dead[0].reason.as_str()),
-        ("bad", "handler exploded")
-    );
-    let stats = worker.shutdown(ms(100)).await;
-    assert_eq!((stats.completed, stats.failed, stats.dead), (1, 1, 1));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_past_the_timeout_fails_and_is_dropped() {
-    let server = RedisServer::start();
-    let q = queue(&server, "slow", HOUR, 1).await;
-    let finished = Arc::new(AtomicBool::new(false));
-    let worker = Worker::builder(q.clone()).timeout(ms(200)).spawn({
-        let finished = Arc::clone(&finished);
-        move |_job: Job<u64>| {
-            let finished = Arc::clone(&finished);
-            async move {
-                sleep(Duration::from_secs(5)).await;
-                finished.store(true, Ordering::SeqCst);
-                Ok::<(), String>(())
-            }
-        }
-    });
-    q.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
-    stats_until(&worker, "timed out", |s| s.dead == 1).await;
-    let dead = q.dead_letters(10).await.unwrap();
-    assert_eq!(dead[0].reason, "timed out after 200ms");
-    assert!(!finished.load(Ordering::SeqCst), "the run was dropped");
-    worker.shutdown(ms(100)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrency_is_never_exceeded_and_is_reached() {
-    let server = RedisServer::start();
-    let q = queue(&server, "bounded", HOUR, 10).await;
-    let now = Arc::new(AtomicUsize::new(0));
-    let most = Arc::new(AtomicUsize::new(0));
-    let worker = Worker::builder(q.clone()).concurrency(3).spawn({
-        let (now, most) = (Arc::clone(&now), Arc::clone(&most));
-        move |_job: Job<u64>| {
-            let (now, most) = (Arc::clone(&now), Arc::clone(&most));
-            async move {
-                let running = now.fetch_add(1, Ordering::SeqCst) + 1;
-                most.fetch_max(running, Ordering::SeqCst);
-                sleep(ms(30)).await;
-                now.fetch_sub(1, Ordering::SeqCst);
-                Ok::<(), String>(())
-            }
-        }
-    });
-    let values: Vec<(u64, Duration)> = (0..30).map(|i| (i, Duration::ZERO)).collect();
-    q.insert_many(&values).await.unwrap();
-    stats_until(&worker, "30 acked", |s| s.completed == 30).await;
-    assert_eq!(most.load(Ordering::SeqCst), 3);
-    assert!(worker.stats().running <= 3);
-    worker.shutdown(ms(100)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_short_lease_is_kept_alive_through_a_long_handler() {
-    let server = RedisServer::start();
-    let q = queue(&server, "kept", ms(300), 10).await;
-    let runs = Arc::new(AtomicU32::new(0));
-    let worker = Worker::builder(q.clone()).spawn({
-        let runs = Arc::clone(&runs);
-        move |_job: Job<u64>| {
-            let runs = Arc::clone(&runs);
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                sleep(Duration::from_secs(2)).await;
-                Ok::<(), String>(())
-            }
-        }
-    });
-    q.insert_with_id("long", &1, Duration::ZERO).await.unwrap();
-    stats_until(&worker, "running", |s| s.running == 1).await;
-    // Another consumer watches: a lapsed lease would hand it the entry.
-    let rival = q.take_timeout(Duration::from_millis(2500)).await.unwrap();
-    assert!(rival.is_none(), "the lease lapsed: {rival:?}");
-    stats_until(&worker, "acked", |s| s.completed == 1).await;
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
-    let stats = worker.shutdown(ms(100)).await;
-    assert_eq!((stats.completed, stats.lost), (1, 0));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_entry_removed_mid_run_drops_its_handler_at_the_next_await() {
-    let server = RedisServer::start();
-    let q = queue(&server, "removed", ms(300), 10).await;
-    let started = Arc::new(AtomicBool::new(false));
-    let went_on = Arc::new(AtomicBool::new(false));
-    let worker = Worker::builder(q.clone()).spawn({
-        let (started, went_on) = (Arc::clone(&started), Arc::clone(&went_on));
-        move |_job: Job<u64>| {
-            let (started, went_on) = (Arc::clone(&started), Arc::clone(&went_on));
-            async move {
-                started.store(true, Ordering::SeqCst);
-                sleep(Duration::from_secs(3)).await;
-                went_on.store(true, Ordering::SeqCst);
-                Ok::<(), String>(())
-            }
-        }
-    });
-    q.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
-    let flag = Arc::clone(&started);
-    eventually("started", move || {
-        let ok = flag.load(Ordering::SeqCst);
-        async move { ok }
-    })
-    .await;
-    assert!(q.remove("a").await.unwrap());
-    stats_until(&worker, "lost", |s| s.lost == 1 && s.running == 0).await;
-    sleep(Duration::from_secs(3)).await;
-    assert!(!went_on.load(Ordering::SeqCst), "the handler ran on");
-    let stats = worker.shutdown(ms(100)).await;
-    assert_eq!((stats.completed, stats.failed, stats.lost), (0, 0, 1));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_gives_back_what_it_holds_at_once() {
-    let server = RedisServer::start();
-    let q = queue(&server, "shutdown", Duration::from_secs(30), 10).await;
-    let quick_done = Arc::new(AtomicBool::new(false));
-    let worker = Worker::builder(q.clone()).concurrency(2).spawn({
-        let quick_done = Arc::clone(&quick_done);
-        move |job: Job<u64>| {
-            let quick_done = Arc::clone(&quick_done);
-            async move {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panicking_handler_is_a_failed_attempt_and_the_worker_survives() {
+        let store = Store::start();
+        let q = queue(&store, "panics", HOUR, 1).await;
+        let worker = Worker::builder(q.clone())
+            .concurrency(1)
+            .spawn(|job: Job<u64>| async move {
                 if *job.value() == 0 {
-                    sleep(ms(100)).await; // finishes within the grace
-                    quick_done.store(true, Ordering::SeqCst);
-                } else {
-                    sleep(HOUR).await; // past the grace
+                    panic!("handler exploded");
                 }
                 Ok::<(), String>(())
+            });
+        q.insert_with_id("bad", &0, Duration::ZERO).await.unwrap();
+        q.insert_with_id("good", &1, ms(50)).await.unwrap();
+        stats_until(&worker, "the good one acked", |s| s.completed == 1).await;
+        let dead = q.dead_letters(10).await.unwrap();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(
+            (dead[0].id.as_str(), dead[0].reason.as_str()),
+            ("bad", "handler exploded")
+        );
+        let stats = worker.shutdown(ms(100)).await;
+        assert_eq!((stats.completed, stats.failed, stats.dead), (1, 1, 1));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_past_the_timeout_fails_and_is_dropped() {
+        let store = Store::start();
+        let q = queue(&store, "slow", HOUR, 1).await;
+        let finished = Arc::new(AtomicBool::new(false));
+        let worker = Worker::builder(q.clone()).timeout(ms(200)).spawn({
+            let finished = Arc::clone(&finished);
+            move |_job: Job<u64>| {
+                let finished = Arc::clone(&finished);
+                async move {
+                    sleep(Duration::from_secs(5)).await;
+                    finished.store(true, Ordering::SeqCst);
+                    Ok::<(), String>(())
+                }
             }
+        });
+        q.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
+        stats_until(&worker, "timed out", |s| s.dead == 1).await;
+        let dead = q.dead_letters(10).await.unwrap();
+        assert_eq!(dead[0].reason, "timed out after 200ms");
+        assert!(!finished.load(Ordering::SeqCst), "the run was dropped");
+        worker.shutdown(ms(100)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrency_is_never_exceeded_and_is_reached() {
+        let store = Store::start();
+        let q = queue(&store, "bounded", HOUR, 10).await;
+        let now = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let worker = Worker::builder(q.clone()).concurrency(3).spawn({
+            let (now, most) = (Arc::clone(&now), Arc::clone(&most));
+            move |_job: Job<u64>| {
+                let (now, most) = (Arc::clone(&now), Arc::clone(&most));
+                async move {
+                    let running = now.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(running, Ordering::SeqCst);
+                    sleep(ms(30)).await;
+                    now.fetch_sub(1, Ordering::SeqCst);
+                    Ok::<(), String>(())
+                }
+            }
+        });
+        let values: Vec<(u64, Duration)> = (0..30).map(|i| (i, Duration::ZERO)).collect();
+        q.insert_many(&values).await.unwrap();
+        stats_until(&worker, "30 acked", |s| s.completed == 30).await;
+        assert_eq!(most.load(Ordering::SeqCst), 3);
+        assert!(worker.stats().running <= 3);
+        worker.shutdown(ms(100)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_short_lease_is_kept_alive_through_a_long_handler() {
+        let store = Store::start();
+        let q = queue(&store, "kept", ms(300), 10).await;
+        let runs = Arc::new(AtomicU32::new(0));
+        let worker = Worker::builder(q.clone()).spawn({
+            let runs = Arc::clone(&runs);
+            move |_job: Job<u64>| {
+                let runs = Arc::clone(&runs);
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    sleep(Duration::from_secs(2)).await;
+                    Ok::<(), String>(())
+                }
+            }
+        });
+        q.insert_with_id("long", &1, Duration::ZERO).await.unwrap();
+        stats_until(&worker, "running", |s| s.running == 1).await;
+        // Another consumer watches: a lapsed lease would hand it the entry.
+        let rival = q.take_timeout(Duration::from_millis(2500)).await.unwrap();
+        assert!(rival.is_none(), "the lease lapsed: {rival:?}");
+        stats_until(&worker, "acked", |s| s.completed == 1).await;
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        let stats = worker.shutdown(ms(100)).await;
+        assert_eq!((stats.completed, stats.lost), (1, 0));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_entry_removed_mid_run_drops_its_handler_at_the_next_await() {
+        let store = Store::start();
+        let q = queue(&store, "removed", ms(300), 10).await;
+        let started = Arc::new(AtomicBool::new(false));
+        let went_on = Arc::new(AtomicBool::new(false));
+        let worker = Worker::builder(q.clone()).spawn({
+            let (started, went_on) = (Arc::clone(&started), Arc::clone(&went_on));
+            move |_job: Job<u64>| {
+                let (started, went_on) = (Arc::clone(&started), Arc::clone(&went_on));
+                async move {
+                    started.store(true, Ordering::SeqCst);
+                    sleep(Duration::from_secs(3)).await;
+                    went_on.store(true, Ordering::SeqCst);
+                    Ok::<(), String>(())
+                }
+            }
+        });
+        q.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
+        let flag = Arc::clone(&started);
+        eventually("started", move || {
+            let ok = flag.load(Ordering::SeqCst);
+            async move { ok }
+        })
+        .await;
+        assert!(q.remove("a").await.unwrap());
+        stats_until(&worker, "lost", |s| s.lost == 1 && s.running == 0).await;
+        sleep(Duration::from_secs(3)).await;
+        assert!(!went_on.load(Ordering::SeqCst), "the handler ran on");
+        let stats = worker.shutdown(ms(100)).await;
+        assert_eq!((stats.completed, stats.failed, stats.lost), (0, 0, 1));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shutdown_gives_back_what_it_holds_at_once() {
+        let store = Store::start();
+        let q = queue(&store, "shutdown", Duration::from_secs(30), 10).await;
+        let quick_done = Arc::new(AtomicBool::new(false));
+        let worker = Worker::builder(q.clone()).concurrency(2).spawn({
+            let quick_done = Arc::clone(&quick_done);
+            move |job: Job<u64>| {
+                let quick_done = Arc::clone(&quick_done);
+                async move {
+                    if *job.value() == 0 {
+                        sleep(ms(100)).await; // finishes within the grace
+                        quick_done.store(true, Ordering::SeqCst);
+                    } else {
+                        sleep(HOUR).await; // past the grace
+                    }
+                    Ok::<(), String>(())
+                }
+            }
+        });
+        q.insert_with_id("quick", &0, Duration::ZERO).await.unwrap();
+        q.insert_with_id("stuck", &1, Duration::ZERO).await.unwrap();
+        stats_until(&worker, "both running", |s| s.running == 2).await;
+        q.insert_with_id("waiting", &2, Duration::ZERO)
+            .await
+            .unwrap();
+        let start = Instant::now();
+        let stats = worker.shutdown(ms(500)).await;
+        let took = start.elapsed();
+        assert!(took >= ms(450) && took < Duration::from_secs(3), "{took:?}");
+        assert!(quick_done.load(Ordering::SeqCst));
+        assert_eq!(
+            (stats.running, stats.completed, stats.failed, stats.lost),
+            (0, 1, 0, 0)
+        );
+        // Everything it held is back, due at once: no lease to wait for.
+        let mut back = BTreeMap::new();
+        for _ in 0..2 {
+            let d = within("take", q.take()).await.unwrap();
+            back.insert(d.id().to_owned(), d.attempt());
         }
-    });
-    q.insert_with_id("quick", &0, Duration::ZERO).await.unwrap();
-    q.insert_with_id("stuck", &1, Duration::ZERO).await.unwrap();
-    stats_until(&worker, "both running", |s| s.running == 2).await;
-    q.insert_with_id("waiting", &2, Duration::ZERO)
-        .await
-        .unwrap();
-    let start = Instant::now();
-    let stats = worker.shutdown(ms(500)).await;
-    let took = start.elapsed();
-    assert!(took >= ms(450) && took < Duration::from_secs(3), "{took:?}");
-    assert!(quick_done.load(Ordering::SeqCst));
-    assert_eq!(
-        (stats.running, stats.completed, stats.failed, stats.lost),
-        (0, 1, 0, 0)
-    );
-    // Everything it held is back, due at once: no lease to wait for.
-    let mut back = BTreeMap::new();
-    for _ in 0..2 {
+        let want = BTreeMap::from([("stuck".to_owned(), 2), ("waiting".to_owned(), 1)]);
+        assert_eq!(
+            back, want,
+            "the run past the grace counts, the unstarted one does not"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "no lease was waited for"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "`concurrency` must be greater than zero")]
+    fn concurrency_zero_panics() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let store = Store::start();
+        let q: Q<u64> = rt.block_on(queue(&store, "zero", HOUR, 1));
+        let _ = Worker::builder(q).concurrency(0);
+    }
+
+    /// The child side of the SIGKILL test: a worker whose handler announces
+    /// the run on stdout and never ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn killed_worker_child() {
+        if child_role(STORE).is_none_or(|(role, _)| role != "worker") {
+            return; // only as a child
+        }
+        let q: Q<u64> = Q::builder("killed")
+            .in_parents_store()
+            .lease(ms(800))
+            .poll_interval(ms(50))
+            .build()
+            .await
+            .unwrap();
+        let _worker = Worker::builder(q).spawn(|job: Job<u64>| async move {
+            println!("running {} attempt {}", job.id(), job.attempt());
+            sleep(HOUR).await;
+            Ok::<(), String>(())
+        });
+        sleep(WAIT).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_worker_killed_mid_handler_leaves_the_entry_to_come_back_after_its_lease() {
+        let store = Store::start();
+        let q = queue(&store, "killed", ms(800), 10).await;
+        q.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
+        let mut child = child_command(module_path!(), "killed_worker_child", "worker", &store)
+            .spawn()
+            .unwrap();
+        eventually("the child holds the entry", || {
+            let leased = q.clone();
+            async move { leased.stats().await.unwrap().leased == 1 }
+        })
+        .await;
+        let killed_at = wall();
+        child.kill().unwrap(); // SIGKILL
+        let (_, out, _) = finish(&mut child, WAIT);
+        assert!(out.contains("running a attempt 1"), "{out}");
         let d = within("take", q.take()).await.unwrap();
-        back.insert(d.id().to_owned(), d.attempt());
+        assert_eq!((d.id(), d.attempt()), ("a", 2));
+        assert!(
+            d.deadline() + ms(5) >= killed_at,
+            "due again when the lease ran out"
+        );
+        assert!(d.ack().await.unwrap());
     }
-    let want = BTreeMap::from([("stuck".to_owned(), 2), ("waiting".to_owned(), 1)]);
-    assert_eq!(
-        back, want,
-        "the run past the grace counts, the unstarted one does not"
-    );
-    assert!(
-        start.elapsed() < Duration::from_secs(5),
-        "no lease was waited for"
-    );
-}
-
-#[test]
-#[should_panic(expected = "`concurrency` must be greater than zero")]
-fn concurrency_zero_panics() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = RedisServer::start();
-    let q: RedisQueue<u64> = rt.block_on(queue(&server, "zero", HOUR, 1));
-    let _ = Worker::builder(q).concurrency(0);
-}
-
-/// The child side of the SIGKILL test: a worker whose handler announces
-/// the run on stdout and never ends.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_worker_child() {
-    let Ok(url) = std::env::var(CHILD_URL) else {
-        return; // only as a child
-    };
-    if std::env::var(CHILD).as_deref() != Ok("worker") {
-        return;
-    }
-    let q: RedisQueue<u64> = RedisQueue::builder("killed")
-        .url(&url)
-        .lease(ms(800))
-        .poll_interval(ms(50))
-        .build()
-        .await
-        .unwrap();
-    let _worker = Worker::builder(q).spawn(|job: Job<u64>| async move {
-        println!("running {} attempt {}", job.id(), job.attempt());
-        sleep(HOUR).await;
-        Ok::<(), String>(())
-    });
-    sleep(WAIT).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_killed_mid_handler_leaves_the_entry_to_come_back_after_its_lease() {
-    let server = RedisServer::start();
-    let q = queue(&server, "killed", ms(800), 10).await;
-    q.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "killed_worker_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "worker")
-        .env(CHILD_URL, server.url())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    eventually("the child holds the entry", || {
-        let leased = q.clone();
-        async move { leased.stats().await.unwrap().leased == 1 }
-    })
-    .await;
-    let killed_at = wall();
-    child.kill().unwrap(); // SIGKILL
-    let (_, out, _) = finish(&mut child, WAIT);
-    assert!(out.contains("running a attempt 1"), "{out}");
-    let d = within("take", q.take()).await.unwrap();
-    assert_eq!((d.id(), d.attempt()), ("a", 2));
-    assert!(
-        d.deadline() + ms(5) >= killed_at,
-        "due again when the lease ran out"
-    );
-    assert!(d.ack().await.unwrap());
 }
