@@ -55,7 +55,10 @@ async fn insert_take_ack_retry_dead() {
         .await
         .unwrap();
     let got = q.take_many(10).await.unwrap();
-    assert_eq!(got.iter().map(|d| d.id().to_owned()).collect::<Vec<_>>(), ids);
+    assert_eq!(
+        got.iter().map(|d| d.id().to_owned()).collect::<Vec<_>>(),
+        ids
+    );
     q.purge().await.unwrap();
     assert_eq!(q.stats().await.unwrap(), Default::default());
 }
@@ -110,7 +113,9 @@ async fn worker_runs_and_schedule_ticks() {
 #[tokio::test]
 async fn insert_in_a_transaction_exists_only_after_commit() {
     let db = PgDb::new();
-    let pool = punctual::postgres::sqlx::PgPool::connect(&db.url()).await.unwrap();
+    let pool = punctual::postgres::sqlx::PgPool::connect(&db.url())
+        .await
+        .unwrap();
     let q: PgQueue<u64> = PgQueue::builder("smoke-tx")
         .pool(pool.clone())
         .poll_interval(Duration::from_secs(30))
