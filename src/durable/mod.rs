@@ -58,6 +58,7 @@
 mod backoff;
 mod engine;
 mod job;
+pub(crate) mod ops;
 mod schedule;
 pub(crate) mod store;
 pub(crate) mod take;

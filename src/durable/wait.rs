@@ -100,8 +100,10 @@ impl Waiter {
     /// Starts the task that turns a store's announcements into kicks,
     /// once: `task(kicks, stop)` runs until `stop` closes (when the queue's
     /// last handle is dropped).
-    pub(crate) fn listen<F>(&self, task: impl FnOnce(watch::Sender<u64>, oneshot::Receiver<()>) -> F)
-    where
+    pub(crate) fn listen<F>(
+        &self,
+        task: impl FnOnce(watch::Sender<u64>, oneshot::Receiver<()>) -> F,
+    ) where
         F: Future<Output = ()> + Send + 'static,
     {
         let mut slot = lock(&self.listener);

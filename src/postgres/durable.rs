@@ -12,19 +12,11 @@ use super::inner::{Attempt, Claimed, Held, Op};
 use super::queue::PgQueue;
 use super::wait::Listener;
 use crate::durable::Durable;
-use crate::durable::store::{Applied, Batch, Finish, Outcome, Sealed, Taken};
+use crate::durable::store::{Applied, Batch, Finish, Sealed, Taken};
 use crate::durable::wait::Waiter;
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Durable for PgQueue<T> {
     type Item = T;
-}
-
-fn op(finish: &Finish<Held>) -> Op {
-    match &finish.outcome {
-        Outcome::Ack => Op::ack(&finish.lease),
-        Outcome::Fail { delay, reason } => Op::fail(&finish.lease, *delay, reason.clone()),
-        Outcome::GiveBack { counted } => Op::give_back(&finish.lease, *counted),
-    }
 }
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue<T> {
@@ -88,7 +80,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue
         max: usize,
         finished: &[Finish<Held>],
     ) -> Result<Batch<T, Held>, Error> {
-        let ops: Vec<Op> = finished.iter().map(op).collect();
+        let ops: Vec<Op> = finished.iter().map(Op::of).collect();
         let claim = self.inner().claim(attempt, max, &ops).await?;
         let mut taken = Vec::with_capacity(claim.items.len());
         let mut buried = Vec::new();
@@ -139,7 +131,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue
     }
 
     async fn finish(&self, finished: &[Finish<Held>]) -> Result<Vec<Applied>, Error> {
-        let ops: Vec<Op> = finished.iter().map(op).collect();
+        let ops: Vec<Op> = finished.iter().map(Op::of).collect();
         self.inner().finish(&ops).await
     }
 

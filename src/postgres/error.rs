@@ -64,6 +64,15 @@ const TRANSIENT: [&str; 10] = [
     "08", "57P01", "57P02", "57P03", "53300", "53200", "53100", "40001", "40P01", "55P03",
 ];
 
+impl From<crate::durable::ops::Unsettled> for Error {
+    fn from(e: crate::durable::ops::Unsettled) -> Error {
+        match e {
+            crate::durable::ops::Unsettled::Invalid(why) => Error::InvalidSchedule(why),
+            crate::durable::ops::Unsettled::Unsupported(why) => Error::Unsupported(why),
+        }
+    }
+}
+
 impl Error {
     /// Whether waiting and asking again can fix this error: the connection
     /// was lost or refused, the pool had no connection in time, or the

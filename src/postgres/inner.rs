@@ -20,6 +20,8 @@ use tokio::time::Instant;
 
 use super::error::Error;
 use super::sql::Statements;
+pub(crate) use crate::durable::ops::{Held, Op, cron_instants};
+use crate::durable::ops::{OpResult, Tick, pending_where_unsettled, settle};
 use crate::durable::store::Applied;
 use crate::durable::wait::Waiter;
 use crate::lock::Lock;
@@ -43,70 +45,6 @@ pub(crate) struct Inner {
     in_doubt: Lock<Vec<Arc<str>>>,
 }
 
-/// How a delivery finishes (see `finish_one` in `sql/schema.sql`).
-#[derive(Debug, Clone)]
-pub(crate) struct Op {
-    kind: &'static str,
-    id: String,
-    token: Arc<str>,
-    ms: i64,
-    reason: String,
-    tick: Option<Tick>,
-    cands: String,
-}
-
-impl Op {
-    pub(crate) fn ack(lease: &Held) -> Op {
-        Op::new("a", lease, 0, String::new())
-    }
-
-    pub(crate) fn retry(lease: &Held, delay: Duration) -> Op {
-        Op::new("r", lease, millis(delay), String::new())
-    }
-
-    /// A failed attempt: retried after `delay`, or dead with `reason` once
-    /// the attempts reached the queue's `max_attempts`.
-    pub(crate) fn fail(lease: &Held, delay: Duration, reason: String) -> Op {
-        Op::new("f", lease, millis(delay), reason)
-    }
-
-    /// To the dead letters with `reason`; that delivery does not count.
-    pub(crate) fn bury(lease: &Held, reason: String) -> Op {
-        Op::new("b", lease, 0, reason)
-    }
-
-    /// Back in the queue, due at once in its old place; `counted`: whether
-    /// this delivery counts as an attempt.
-    pub(crate) fn give_back(lease: &Held, counted: bool) -> Op {
-        Op::new("g", lease, i64::from(counted), String::new())
-    }
-
-    fn new(kind: &'static str, lease: &Held, ms: i64, reason: String) -> Op {
-        Op {
-            kind,
-            id: lease.id.clone(),
-            token: Arc::clone(&lease.token),
-            ms,
-            reason,
-            tick: lease.tick.clone(),
-            cands: String::new(),
-        }
-    }
-
-    /// Gives back everything the claim `token` holds, attempts not counted.
-    fn release(token: &Arc<str>) -> Op {
-        Op {
-            kind: "G",
-            id: String::new(),
-            token: Arc::clone(token),
-            ms: 0,
-            reason: String::new(),
-            tick: None,
-            cands: String::new(),
-        }
-    }
-}
-
 /// The ops of one call as the parallel arrays the SQL functions take.
 #[derive(Default)]
 struct OpArrays {
@@ -123,26 +61,10 @@ impl OpArrays {
         self.kinds.push(op.kind);
         self.ids.push(op.id);
         self.tokens.push(op.token.to_string());
-        self.ms.push(op.ms);
+        self.ms.push(i64::try_from(op.ms).unwrap_or(i64::MAX));
         self.reasons.push(op.reason);
         self.cands.push(op.cands);
     }
-}
-
-/// What a delivery needs to finish its lease.
-#[derive(Debug, Clone)]
-pub struct Held {
-    pub(crate) id: String,
-    pub(crate) token: Arc<str>,
-    /// For a schedule's tick: its schedule record and instant.
-    pub(crate) tick: Option<Tick>,
-}
-
-/// A schedule's tick: its schedule's record and its instant (ms).
-#[derive(Debug, Clone)]
-pub(crate) struct Tick {
-    pub(crate) rec: Arc<str>,
-    pub(crate) instant: i64,
 }
 
 /// One entry of a claim.
@@ -219,18 +141,6 @@ impl Drop for Releases<'_> {
     }
 }
 
-/// What became of one op.
-#[derive(Debug)]
-enum OpResult {
-    Applied(Applied),
-    /// Not applied: the successor of the tick needs the cron instants of
-    /// schedule record `rec` after `from`.
-    NeedsCron {
-        from: i64,
-        rec: String,
-    },
-}
-
 impl Inner {
     pub(crate) fn new(
         name: String,
@@ -271,10 +181,11 @@ impl Inner {
     fn op_arrays(&self, releases: Option<&Releases<'_>>, ops: &[Op]) -> OpArrays {
         let mut arrays = OpArrays::default();
         for token in releases.map_or(&[][..], |r| &r.tokens[..]) {
-            arrays.push(Op::release(token));
+            arrays.push(Op::release(token, 0));
         }
+        let seen = self.server_now.load(Ordering::Relaxed);
         for op in ops {
-            arrays.push(self.with_cron_instants(op));
+            arrays.push(op.with_cron_instants(seen));
         }
         arrays
     }
@@ -337,13 +248,7 @@ impl Inner {
             Err(error) => {
                 tracing::warn!(queue = %self.name, %error,
                     "could not finish the ticks sent with a claim; they are sent again");
-                results
-                    .iter()
-                    .map(|result| match result {
-                        OpResult::Applied(applied) => *applied,
-                        OpResult::NeedsCron { .. } => Applied::Pending,
-                    })
-                    .collect()
+                pending_where_unsettled(&results)
             }
         };
         let wait = head.map_or(self.poll_interval, |head| {
@@ -359,51 +264,13 @@ impl Inner {
         })
     }
 
-    /// `op`, with the cron instants its tick's successor will need sent
-    /// along, so the database rarely has to ask for them.
-    fn with_cron_instants(&self, op: &Op) -> Op {
-        let mut op = op.clone();
-        if let Some(tick) = op.tick.take() {
-            if op.cands.is_empty() && tick.rec.starts_with("c,") {
-                let seen = self.server_now.load(Ordering::Relaxed);
-                let from = tick.instant.max(seen - 1000);
-                op.cands = cron_instants(&tick.rec, from, 4).unwrap_or_default();
-            }
-        }
-        op
-    }
-
     /// Whether each op applied, after sending again (with their cron
     /// instants) those whose tick's successor needed them.
     async fn settle(&self, ops: &[Op], results: &mut [OpResult]) -> Result<Vec<Applied>, Error> {
-        for _ in 0..3 {
-            let mut again = Vec::new();
-            let mut at = Vec::new();
-            for (i, result) in results.iter().enumerate() {
-                if let OpResult::NeedsCron { from, rec } = result {
-                    let mut op = ops[i].clone();
-                    op.cands = cron_instants(rec, *from, 4)?;
-                    again.push(op);
-                    at.push(i);
-                }
-            }
-            if again.is_empty() {
-                break;
-            }
-            let answers = self.finish_once(&again, false).await?;
-            for (i, answer) in at.into_iter().zip(answers) {
-                results[i] = answer;
-            }
-        }
-        results
-            .iter()
-            .map(|result| match result {
-                OpResult::Applied(applied) => Ok(*applied),
-                OpResult::NeedsCron { rec, .. } => Err(Error::Unsupported(format!(
-                    "the cron instants of schedule record `{rec}` do not settle"
-                ))),
-            })
-            .collect()
+        settle(ops, results, |again| async move {
+            self.finish_once(&again, false).await
+        })
+        .await
     }
 
     /// Applies `ops` without claiming (and gives back what claims in doubt
@@ -510,25 +377,8 @@ fn claimed(row: &PgRow, token: &Arc<str>) -> Result<Vec<Claimed>, Error> {
         .collect())
 }
 
-/// The cron instants a tick of schedule record `rec` (`c,<expression>`)
-/// needs after `from`, in the format `next_tick` of `sql/schema.sql` reads.
-#[cfg_attr(not(feature = "cron"), allow(unused_variables))]
-pub(crate) fn cron_instants(rec: &str, from: i64, count: usize) -> Result<String, Error> {
-    #[cfg(feature = "cron")]
-    if let Some(expr) = rec.strip_prefix("c,") {
-        return crate::durable::cron_instants(rec, expr, from, count)
-            .map_err(Error::InvalidSchedule);
-    }
-    Err(Error::Unsupported(format!(
-        "schedule record `{rec}` needs the cargo feature `cron` in this process"
-    )))
-}
-
-/// The most a millisecond count can be (about 142,000 years), as on Redis.
-const MAX_MS: u64 = 1 << 52;
-
 pub(crate) fn millis(d: Duration) -> i64 {
-    i64::try_from(u64::try_from(d.as_millis()).unwrap_or(u64::MAX).min(MAX_MS)).unwrap_or(0)
+    i64::try_from(crate::durable::ops::millis(d)).unwrap_or(i64::MAX)
 }
 
 pub(crate) fn system_time(ms: i64) -> SystemTime {

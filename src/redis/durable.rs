@@ -11,19 +11,11 @@ use super::error::Error;
 use super::inner::{Attempt, Held, Op};
 use super::queue::RedisQueue;
 use crate::durable::Durable;
+use crate::durable::store::{Applied, Batch, Finish, Sealed, Taken};
 use crate::durable::wait::Waiter;
-use crate::durable::store::{Applied, Batch, Finish, Outcome, Sealed, Taken};
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Durable for RedisQueue<T> {
     type Item = T;
-}
-
-fn op(finish: &Finish<Held>) -> Op {
-    match &finish.outcome {
-        Outcome::Ack => Op::ack(&finish.lease),
-        Outcome::Fail { delay, reason } => Op::fail(&finish.lease, *delay, reason.clone()),
-        Outcome::GiveBack { counted } => Op::give_back(&finish.lease, *counted),
-    }
 }
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQueue<T> {
@@ -75,20 +67,22 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQu
         max: usize,
         finished: &[Finish<Held>],
     ) -> Result<Batch<T, Held>, Error> {
-        let ops: Vec<Op> = finished.iter().map(op).collect();
+        let ops: Vec<Op> = finished.iter().map(Op::of).collect();
         let claim = self.inner().claim(attempt, max, &ops).await?;
         let next_due = self.inner().next_due(&claim);
         let done = claim.done.clone();
         let more_due = claim.head.is_some_and(|head| head <= claim.now);
         let taken = self
-            .decoded(claim, |lease, attempt, value, deadline, lease_until| Taken {
-                id: lease.id.clone(),
-                schedule: lease.tick.is_some().then(|| lease.id.clone()),
-                value,
-                attempt,
-                deadline,
-                lease_until,
-                lease,
+            .decoded(claim, |lease, attempt, value, deadline, lease_until| {
+                Taken {
+                    id: lease.id.clone(),
+                    schedule: lease.tick.is_some().then(|| lease.id.clone()),
+                    value,
+                    attempt,
+                    deadline,
+                    lease_until,
+                    lease,
+                }
             })
             .await;
         Ok(Batch {
@@ -100,7 +94,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQu
     }
 
     async fn finish(&self, finished: &[Finish<Held>]) -> Result<Vec<Applied>, Error> {
-        let ops: Vec<Op> = finished.iter().map(op).collect();
+        let ops: Vec<Op> = finished.iter().map(Op::of).collect();
         self.inner().finish(&ops).await
     }
 

@@ -56,6 +56,15 @@ impl From<redis::RedisError> for Error {
     }
 }
 
+impl From<crate::durable::ops::Unsettled> for Error {
+    fn from(e: crate::durable::ops::Unsettled) -> Error {
+        match e {
+            crate::durable::ops::Unsettled::Invalid(why) => Error::InvalidSchedule(why),
+            crate::durable::ops::Unsettled::Unsupported(why) => Error::Unsupported(why),
+        }
+    }
+}
+
 impl Error {
     /// Whether waiting and asking again can fix this error: the connection
     /// was lost, refused or timed out, or the server said so (loading its

@@ -23,8 +23,11 @@ use super::conn::Conn;
 use super::error::Error;
 use super::scripts::{Keys, SCRIPTS};
 use super::wait::Listener;
-use crate::durable::wait::Waiter;
+pub(crate) use crate::durable::ops::{Held, Op};
+use crate::durable::ops::{OpResult, Tick, pending_where_unsettled, settle};
+pub(crate) use crate::durable::ops::{cron_instants, millis};
 use crate::durable::store::Applied;
+use crate::durable::wait::Waiter;
 use crate::lock::Lock;
 use crate::queue::deadline_after;
 
@@ -53,97 +56,15 @@ pub(crate) struct Doubt {
     from: i64,
 }
 
-/// How a delivery finishes (see `scripts/lib/finish.lua`).
-#[derive(Debug, Clone)]
-pub(crate) struct Op {
-    kind: &'static str,
-    id: String,
-    token: Arc<str>,
-    ms: u64,
-    reason: String,
-    /// A tick's schedule and instant, for the cron instants of its
-    /// successor.
-    tick: Option<Tick>,
-    /// The cron instants of a tick's successor.
-    cands: String,
-}
-
-impl Op {
-    pub(crate) fn ack(lease: &Held) -> Op {
-        Op::new("a", lease, 0, String::new())
-    }
-
-    pub(crate) fn retry(lease: &Held, delay: Duration) -> Op {
-        Op::new("r", lease, millis(delay), String::new())
-    }
-
-    /// A failed attempt: retried after `delay`, or dead with `reason` once
-    /// the attempts reached the queue's `max_attempts`.
-    pub(crate) fn fail(lease: &Held, delay: Duration, reason: String) -> Op {
-        Op::new("f", lease, millis(delay), reason)
-    }
-
-    /// To the dead letters with `reason`; that delivery does not count.
-    pub(crate) fn bury(lease: &Held, reason: String) -> Op {
-        Op::new("b", lease, 0, reason)
-    }
-
-    /// Back in the queue, due at once in its old place; `counted`: whether
-    /// this delivery counts as an attempt.
-    pub(crate) fn give_back(lease: &Held, counted: bool) -> Op {
-        Op::new("g", lease, u64::from(counted), String::new())
-    }
-
-    fn new(kind: &'static str, lease: &Held, ms: u64, reason: String) -> Op {
-        Op {
-            kind,
-            id: lease.id.clone(),
-            token: Arc::clone(&lease.token),
-            ms,
-            reason,
-            tick: lease.tick.clone(),
-            cands: String::new(),
-        }
-    }
-
-    /// Gives back everything the claim `doubt` holds, attempts not counted.
-    fn release(doubt: &Doubt) -> Op {
-        Op {
-            kind: "G",
-            id: String::new(),
-            token: Arc::clone(&doubt.token),
-            ms: u64::try_from(doubt.from).unwrap_or(0),
-            reason: String::new(),
-            tick: None,
-            cands: String::new(),
-        }
-    }
-
-    fn push_args(&self, invocation: &mut ScriptInvocation<'_>) {
-        invocation
-            .arg(self.kind)
-            .arg(&self.id)
-            .arg(&*self.token)
-            .arg(self.ms)
-            .arg(&self.reason)
-            .arg(&self.cands);
-    }
-}
-
-/// What a delivery needs to finish its lease.
-#[derive(Debug, Clone)]
-pub struct Held {
-    pub(crate) id: String,
-    pub(crate) token: Arc<str>,
-    /// For a schedule's tick: its schedule record and instant.
-    pub(crate) tick: Option<Tick>,
-}
-
-/// A schedule's tick: its schedule's record and its instant (ms).
-#[derive(Debug, Clone)]
-pub(crate) struct Tick {
-    pub(crate) rec: Arc<str>,
-    pub(crate) instant: i64,
+/// An op's arguments, as `scripts/lib/finish.lua` reads them.
+fn push_op(invocation: &mut ScriptInvocation<'_>, op: &Op) {
+    invocation
+        .arg(op.kind)
+        .arg(&op.id)
+        .arg(&*op.token)
+        .arg(op.ms)
+        .arg(&op.reason)
+        .arg(&op.cands);
 }
 
 /// One entry of a claim.
@@ -213,7 +134,8 @@ impl<'a> Releases<'a> {
 
     fn push_args(&self, invocation: &mut ScriptInvocation<'_>) {
         for doubt in &self.doubts {
-            Op::release(doubt).push_args(invocation);
+            let from = u64::try_from(doubt.from).unwrap_or(0);
+            push_op(invocation, &Op::release(&doubt.token, from));
         }
     }
 
@@ -346,7 +268,7 @@ impl Inner {
             .arg(releases.doubts.len() + ops.len());
         releases.push_args(&mut invocation);
         for op in ops {
-            self.with_cron_instants(op).push_args(&mut invocation);
+            push_op(&mut invocation, &op.with_cron_instants(self.seen_clock()));
         }
         let kicks = *self.waiter.kicks().borrow();
         let reply: Value = match self.run(&invocation).await {
@@ -373,13 +295,7 @@ impl Inner {
             Err(error) => {
                 tracing::warn!(queue = %self.name, %error,
                     "could not finish the ticks sent with a claim; they are sent again");
-                results
-                    .iter()
-                    .map(|result| match result {
-                        OpResult::Applied(applied) => *applied,
-                        OpResult::NeedsCron { .. } => Applied::Pending,
-                    })
-                    .collect()
+                pending_where_unsettled(&results)
             }
         };
         Ok(Claim {
@@ -391,53 +307,18 @@ impl Inner {
         })
     }
 
-    /// `op`, with the cron instants its tick's successor will need sent
-    /// along (from the tick's instant, or the server's clock as last seen
-    /// if later), so the script rarely has to ask for them.
-    fn with_cron_instants(&self, op: &Op) -> Op {
-        let mut op = op.clone();
-        if let Some(tick) = op.tick.take() {
-            if op.cands.is_empty() && tick.rec.starts_with("c,") {
-                let seen = i64::try_from(self.server_now.load(Ordering::Relaxed)).unwrap_or(0);
-                let from = tick.instant.max(seen - 1000);
-                // Without them the script asks, and `settle` answers.
-                op.cands = cron_instants(&tick.rec, from, 4).unwrap_or_default();
-            }
-        }
-        op
+    /// The store's clock as last seen, in ms.
+    fn seen_clock(&self) -> i64 {
+        i64::try_from(self.server_now.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
     /// Whether each op applied, after sending again (with their cron
     /// instants) those whose tick's successor needed them.
     async fn settle(&self, ops: &[Op], results: &mut [OpResult]) -> Result<Vec<Applied>, Error> {
-        for _ in 0..3 {
-            let mut again = Vec::new();
-            let mut at = Vec::new();
-            for (i, result) in results.iter().enumerate() {
-                if let OpResult::NeedsCron { from, rec } = result {
-                    let mut op = ops[i].clone();
-                    op.cands = cron_instants(rec, *from, 4)?;
-                    again.push(op);
-                    at.push(i);
-                }
-            }
-            if again.is_empty() {
-                break;
-            }
-            let answers = self.finish_once(&again, false).await?;
-            for (i, answer) in at.into_iter().zip(answers) {
-                results[i] = answer;
-            }
-        }
-        results
-            .iter()
-            .map(|result| match result {
-                OpResult::Applied(applied) => Ok(*applied),
-                OpResult::NeedsCron { rec, .. } => Err(Error::Unsupported(format!(
-                    "the cron instants of schedule record `{rec}` do not settle"
-                ))),
-            })
-            .collect()
+        settle(ops, results, |again| async move {
+            self.finish_once(&again, false).await
+        })
+        .await
     }
 
     /// Applies `ops` without claiming (and gives back what claims in doubt
@@ -459,7 +340,7 @@ impl Inner {
             releases.push_args(&mut invocation);
         }
         for op in ops {
-            self.with_cron_instants(op).push_args(&mut invocation);
+            push_op(&mut invocation, &op.with_cron_instants(self.seen_clock()));
         }
         let reply: Value = self.run(&invocation).await?;
         let released = releases.map_or(0, Releases::sent);
@@ -497,17 +378,6 @@ impl Inner {
             .map(|end| (end > 0).then(|| system_time(end)))
             .collect())
     }
-}
-
-/// What became of one op.
-#[derive(Debug)]
-enum OpResult {
-    /// Applied, or not because the lease was lost (or the op was applied
-    /// already, by a sending whose reply was lost).
-    Applied(Applied),
-    /// Not applied: the successor of the tick needs the cron instants of
-    /// schedule record `rec` after `from`.
-    NeedsCron { from: i64, rec: String },
 }
 
 fn op_results(value: Value) -> Result<Vec<OpResult>, Error> {
@@ -591,32 +461,9 @@ impl Fields {
     }
 }
 
-/// The cron instants a tick of schedule record `rec` (`c,<expression>`)
-/// needs after `from`, in the format of `scripts/lib/ticks.lua`.
-/// `count`: the next instant after an on-time run, and a few to spare.
-#[cfg_attr(not(feature = "cron"), allow(unused_variables))]
-pub(crate) fn cron_instants(rec: &str, from: i64, count: usize) -> Result<String, Error> {
-    #[cfg(feature = "cron")]
-    if let Some(expr) = rec.strip_prefix("c,") {
-        return crate::durable::cron_instants(rec, expr, from, count)
-            .map_err(Error::InvalidSchedule);
-    }
-    Err(Error::Unsupported(format!(
-        "schedule record `{rec}` needs the cargo feature `cron` in this process"
-    )))
-}
-
 /// The most entries one claim takes: a script holds the whole server while
 /// it runs, so a batch stays a few milliseconds long.
 pub(crate) const MAX_BATCH: usize = crate::durable::store::MAX_CLAIM;
-
-/// The most a millisecond count can be (about 142,000 years): every score
-/// stays an exact integer in a Lua double.
-const MAX_MS: u64 = 1 << 52;
-
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).min(MAX_MS)
-}
 
 pub(crate) fn system_time(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))

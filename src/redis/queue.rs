@@ -15,8 +15,8 @@ use super::delivery::Delivery;
 use super::error::{Error, check_id};
 use super::inner::{Attempt, Claim, Claimed, Held, Inner, MAX_BATCH, Op, millis, system_time};
 use super::scripts::SCRIPTS;
-use crate::durable::wait::Backoff;
 use super::{DeadLetter, RedisStats};
+use crate::durable::wait::Backoff;
 use crate::queue::deadline_after;
 
 /// A delay queue kept in Redis, shared by every process that opens it by

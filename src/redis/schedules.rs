@@ -239,4 +239,3 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
 
 /// The schedule script's answer when the name belongs to a plain entry.
 const TAKEN: i64 = -2;
-
