@@ -17,11 +17,14 @@ use common::stores::LEASE;
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize, Serializer};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::pin::pin;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use store_extra::{Backdoor, HOUR, SLACK, WAIT, assert_between, eventually, ms, wall, within};
+
+/// A year, for "far ahead".
+const YEAR: Duration = Duration::from_secs(365 * 86_400);
 
 /// A value whose serialization fails when `fail` is set.
 #[derive(Debug, Deserialize)]
@@ -1346,6 +1349,255 @@ common::stores::on_every_store! {
         assert_eq!(first_wrong, None, "not FIFO");
         assert_eq!(got.len() as u64, N, "not all, or not once");
         assert!(q.try_take().await.unwrap().is_none());
+    }
+
+    // ------------------------------------------------------------ huge and past times
+
+    #[tokio::test]
+    async fn duration_max_delay_is_pending_with_a_far_deadline() {
+        let store = Store::start();
+        let q: Q<u64> = store.open("max-delay").await;
+        let id = q.insert(&1, Duration::MAX).await.unwrap();
+        assert!(q.insert_with_id("mine", &2, Duration::MAX).await.unwrap());
+        for id in [id.as_str(), "mine"] {
+            let deadline = q.deadline(id).await.unwrap().unwrap();
+            assert!(deadline > wall() + YEAR * 1000, "{deadline:?} is not far");
+        }
+        assert_eq!(
+            q.stats().await.unwrap(),
+            Stats {
+                pending: 2,
+                ..Stats::default()
+            }
+        );
+        assert!(q.try_take().await.unwrap().is_none());
+        assert!(q.take_timeout(ms(200)).await.unwrap().is_none());
+        // An ordinary entry behind them is not held up.
+        q.insert(&3, ms(0)).await.unwrap();
+        assert_eq!(*within("take", q.take()).await.unwrap().value(), 3);
+    }
+
+    #[tokio::test]
+    async fn insert_many_with_duration_max_delays_is_pending_with_far_deadlines() {
+        let store = Store::start();
+        let q: Q<u64> = store.open("max-many").await;
+        let ids = q
+            .insert_many(&[(1, Duration::MAX), (2, ms(0))])
+            .await
+            .unwrap();
+        let deadline = q.deadline(&ids[0]).await.unwrap().unwrap();
+        assert!(deadline > wall() + YEAR * 1000, "{deadline:?} is not far");
+        let d = within("take", q.take()).await.unwrap();
+        assert_eq!(d.id(), ids[1]);
+        assert_eq!(q.stats().await.unwrap().pending, 1);
+    }
+
+    #[tokio::test]
+    async fn far_future_insert_at_is_pending_with_a_far_deadline() {
+        let store = Store::start();
+        let q: Q<u64> = store.open("far-at").await;
+        let far = [u64::MAX, i64::MAX as u64, 1 << 40]
+            .into_iter()
+            .find_map(|secs| UNIX_EPOCH.checked_add(Duration::from_secs(secs)))
+            .expect("some far time is representable");
+        let id = q.insert_at(&1, far).await.unwrap();
+        let deadline = q.deadline(&id).await.unwrap().unwrap();
+        assert!(deadline > wall() + YEAR * 1000);
+        assert_eq!(q.stats().await.unwrap().pending, 1);
+        assert!(q.try_take().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn duration_max_reset_requeue_and_retry_make_the_entry_pending_far_ahead() {
+        let store = Store::start();
+        let q: Q<u64> = store.open("max-reset").await;
+        let id = q.insert(&1, ms(0)).await.unwrap();
+        assert!(q.reset(&id, Duration::MAX).await.unwrap());
+        assert!(q.deadline(&id).await.unwrap().unwrap() > wall() + YEAR * 1000);
+        assert!(q.try_take().await.unwrap().is_none());
+        assert!(q.reset(&id, ms(0)).await.unwrap());
+        let d = within("take", q.take()).await.unwrap();
+        assert!(d.retry(Duration::MAX).await.unwrap());
+        assert!(q.deadline(&id).await.unwrap().unwrap() > wall() + YEAR * 1000);
+        assert_eq!(
+            q.stats().await.unwrap(),
+            Stats {
+                pending: 1,
+                ..Stats::default()
+            }
+        );
+        assert!(q.try_take().await.unwrap().is_none());
+
+        q.insert_with_id("dead", &2, ms(0)).await.unwrap();
+        make_dead::<u64>(&store, "max-reset", "dead").await;
+        assert!(q.requeue_dead("dead", Duration::MAX).await.unwrap());
+        assert!(q.deadline("dead").await.unwrap().unwrap() > wall() + YEAR * 1000);
+        assert_eq!(q.stats().await.unwrap().pending, 2);
+    }
+
+    #[tokio::test]
+    async fn duration_max_extend_holds_the_lease_far_ahead() {
+        let store = Store::start();
+        let q: Q<u64> = store.open("max-extend").await;
+        let id = q.insert(&1, ms(0)).await.unwrap();
+        let mut d = within("take", q.take()).await.unwrap();
+        let old_until = d.lease_until();
+        assert!(d.extend(Duration::MAX).await.unwrap());
+        assert!(d.lease_until() > wall() + YEAR * 1000);
+        assert_eq!(q.deadline(&id).await.unwrap(), Some(d.lease_until()));
+        // Past the old lease, still held.
+        let left = old_until.duration_since(wall()).unwrap_or_default();
+        tokio::time::sleep(left + ms(100)).await;
+        assert!(q.try_take().await.unwrap().is_none());
+        assert_eq!(q.stats().await.unwrap().leased, 1);
+        assert!(d.ack().await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn duration_max_lease_holds_the_entry_far_ahead() {
+        let store = Store::start();
+        let q: Q<u64> = store.builder("max-lease").lease(Duration::MAX).build().await.unwrap();
+        q.insert(&1, ms(0)).await.unwrap();
+        let d = within("take", q.take()).await.unwrap();
+        assert!(d.lease_until() > wall() + YEAR * 1000);
+        assert_eq!(q.stats().await.unwrap().leased, 1);
+        assert!(d.ack().await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn duration_max_take_timeout_waits_without_panicking() {
+        let store = Store::start();
+        let q: Q<u64> = store.open("max-timeout").await;
+        let producer = q.clone();
+        let waiting = tokio::spawn(async move { q.take_timeout(Duration::MAX).await });
+        tokio::time::sleep(ms(200)).await;
+        producer.insert(&1, ms(0)).await.unwrap();
+        let d = within("take_timeout(MAX)", waiting).await.unwrap().unwrap();
+        assert_eq!(*d.expect("delivered").value(), 1);
+    }
+
+    #[tokio::test]
+    async fn duration_max_poll_interval_waits_without_panicking() {
+        let store = Store::start();
+        let q: Q<u64> = store
+            .builder("max-poll")
+            .poll_interval(Duration::MAX)
+            .build()
+            .await
+            .unwrap();
+        let producer: Q<u64> = store.open("max-poll").await;
+        // An empty queue: the leader sleeps "poll_interval" at most.
+        let waiting = tokio::spawn(async move { q.take_timeout(WAIT).await });
+        tokio::time::sleep(ms(200)).await;
+        producer.insert(&1, ms(0)).await.unwrap();
+        let d = within("take_timeout", waiting)
+            .await
+            .expect("the consumer panicked")
+            .unwrap();
+        assert_eq!(*d.expect("woken by the insert").value(), 1);
+    }
+
+    #[tokio::test]
+    async fn times_in_the_past_are_due_at_once_in_deadline_order() {
+        let store = Store::start();
+        let q: Q<String> = store.open("past").await;
+        let before_epoch = UNIX_EPOCH.checked_sub(Duration::from_secs(1));
+        if let Some(before_epoch) = before_epoch {
+            q.insert_at(&"before-epoch".to_owned(), before_epoch)
+                .await
+                .unwrap();
+        }
+        q.insert_at(&"yesterday".to_owned(), wall() - Duration::from_secs(86_400))
+            .await
+            .unwrap();
+        q.insert_at(&"epoch".to_owned(), UNIX_EPOCH).await.unwrap();
+        q.insert_at(&"just-now".to_owned(), wall() - ms(1))
+            .await
+            .unwrap();
+        let stats = q.stats().await.unwrap();
+        assert_eq!(
+            (stats.pending, stats.due),
+            (0, 3 + before_epoch.iter().len() as u64)
+        );
+        let taken = within("take_many", q.take_many(10)).await.unwrap();
+        let names: Vec<_> = taken.iter().map(|d| d.value().as_str()).collect();
+        let mut expected = Vec::new();
+        if before_epoch.is_some() {
+            expected.push("before-epoch");
+        }
+        expected.extend(["epoch", "yesterday", "just-now"]);
+        assert_eq!(names, expected);
+        assert!(taken[0].deadline() <= UNIX_EPOCH + ms(1));
+    }
+
+    // ------------------------------------------------------------ values
+
+    #[tokio::test]
+    async fn a_value_that_does_not_serialize_is_an_encode_error_and_writes_nothing() {
+        let store = Store::start();
+        let q: Q<Flaky> = store.open("encode").await;
+        let bad = Flaky { n: 1, fail: true };
+        let results = [
+            q.insert(&bad, ms(0)).await.map(drop),
+            q.insert_at(&bad, wall()).await.map(drop),
+            q.insert_with_id("x", &bad, ms(0)).await.map(drop),
+        ];
+        for result in results {
+            match result {
+                Err(Error::Encode(e)) => assert!(e.to_string().contains("refuses")),
+                other => panic!("expected Err(Encode), got {other:?}"),
+            }
+        }
+        assert_eq!(store.footprint_all(), Vec::<String>::new());
+
+        // serde_json refuses maps with non-string keys.
+        let maps: Q<HashMap<(u8, u8), u8>> = store.open("encode-map").await;
+        let value = HashMap::from([((1, 2), 3)]);
+        assert!(matches!(maps.insert(&value, ms(0)).await, Err(Error::Encode(_))));
+        assert!(matches!(
+            maps.insert_with_id("m", &value, ms(0)).await,
+            Err(Error::Encode(_))
+        ));
+        assert_eq!(store.footprint_all(), Vec::<String>::new());
+        assert_eq!(maps.stats().await.unwrap(), Stats::default());
+    }
+
+    #[tokio::test]
+    async fn values_with_nul_quotes_and_unicode_round_trip() {
+        let store = Store::start();
+        let q: Q<String> = store.open("odd-values").await;
+        let values = [
+            "nul\0byte",
+            "quote ' \" \\ $1 %s",
+            "ключ 🦀",
+            "",
+            "line\r\nbreak",
+        ]
+        .map(str::to_owned);
+        let ids = q
+            .insert_many(&values.clone().map(|v| (v, Duration::ZERO)))
+            .await
+            .unwrap();
+        let taken = within("take_many", q.take_many(10)).await.unwrap();
+        let got: Vec<_> = taken.iter().map(|d| d.value().clone()).collect();
+        assert_eq!(got, values);
+        for d in taken {
+            assert!(d.retry(HOUR).await.unwrap());
+        }
+        // And as dead letters.
+        for id in &ids {
+            assert!(q.reset(id, ms(0)).await.unwrap());
+        }
+        let numbers: Q<u64> = store.open("odd-values").await;
+        assert!(numbers.try_take().await.unwrap().is_none());
+        let dead: Vec<_> = q
+            .dead_letters(10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|l| l.value.unwrap())
+            .collect();
+        assert_eq!(dead, values);
     }
 
     // ------------------------------------------------------------ bad input
