@@ -148,7 +148,10 @@ where
 {
     let give_up = Instant::now() + PATIENCE;
     while !check().await {
-        assert!(Instant::now() < give_up, "{what}: not true after {PATIENCE:?}");
+        assert!(
+            Instant::now() < give_up,
+            "{what}: not true after {PATIENCE:?}"
+        );
         sleep(ms(20)).await;
     }
 }
@@ -210,7 +213,12 @@ async fn a_waiting_take_rides_through_terminated_backends() {
     sleep(ms(300)).await;
     assert!(!taker.is_finished(), "take returned with nothing due");
 
-    assert!(producer.insert_with_id("after", &7, Duration::ZERO).await.unwrap());
+    assert!(
+        producer
+            .insert_with_id("after", &7, Duration::ZERO)
+            .await
+            .unwrap()
+    );
     let d = within("the waiting take", PATIENCE, taker)
         .await
         .unwrap()
@@ -290,7 +298,9 @@ async fn producers_during_terminations_get_err_or_their_entry_exactly_once() {
         }
     });
     for producer in producers {
-        within("the producers", 3 * PATIENCE, producer).await.unwrap();
+        within("the producers", 3 * PATIENCE, producer)
+            .await
+            .unwrap();
     }
     done.store(true, Ordering::SeqCst);
     let (terminated, rounds) = terminator.await.unwrap();
@@ -316,11 +326,14 @@ async fn producers_during_terminations_get_err_or_their_entry_exactly_once() {
         {
             failures.push(format!("{row}: not a whole pending entry"));
         }
-        if present.insert(id.to_owned(), value.parse().unwrap()).is_some() {
+        if present
+            .insert(id.to_owned(), value.parse().unwrap())
+            .is_some()
+        {
             failures.push(format!("{id}: twice"));
         }
     }
-    let singles = singles.lock().unwrap();
+    let singles = std::mem::take(&mut *singles.lock().unwrap());
     let mut count = BTreeMap::<&str, usize>::new();
     for (id, outcome) in singles.iter() {
         let (p, n) = id[1..].split_once('-').unwrap();
@@ -356,7 +369,7 @@ async fn producers_during_terminations_get_err_or_their_entry_exactly_once() {
             failures.push(format!("{id}: never inserted"));
         }
     }
-    let batches = batches.lock().unwrap();
+    let batches = std::mem::take(&mut *batches.lock().unwrap());
     let (mut batch_ok, mut batch_err_applied, mut batch_err_not) = (0, 0, 0);
     for b in 0..BATCHES {
         let there = by_batch.remove(&b).unwrap_or_default();
@@ -454,7 +467,13 @@ async fn a_worker_acks_every_entry_exactly_once_through_repeated_terminations() 
     assert!(terminated > 0, "no backend was terminated");
     assert_eq!(ledger.assert_exactly_once(), ENTRIES as usize);
     assert_eq!(
-        (stats.completed, stats.failed, stats.dead, stats.lost, stats.running),
+        (
+            stats.completed,
+            stats.failed,
+            stats.dead,
+            stats.lost,
+            stats.running
+        ),
         (ENTRIES, 0, 0, 0, 0)
     );
     assert_eq!(producer.stats().await.unwrap(), PgStats::default());
@@ -516,23 +535,35 @@ async fn every_insert_that_returned_ok_survives_a_kill_9_of_the_server() {
         ok_before_kill.len()
     );
     assert_eq!(ok.len() + failed, (WORKERS * PER_WORKER) as usize);
-    assert!(ok_at_kill < ok.len() + failed, "the kill came after the end");
+    assert!(
+        ok_at_kill < ok.len() + failed,
+        "the kill came after the end"
+    );
 
-    let there: BTreeSet<String> = block_in_place(|| {
-        server.psql("SELECT id FROM punctual.entries WHERE queue = 'survivors'")
-    })
-    .lines()
-    .map(str::to_owned)
-    .collect();
-    let lost_before: Vec<&String> = ok_before_kill.iter().filter(|id| !there.contains(*id)).collect();
+    let there: BTreeSet<String> =
+        block_in_place(|| server.psql("SELECT id FROM punctual.entries WHERE queue = 'survivors'"))
+            .lines()
+            .map(str::to_owned)
+            .collect();
+    let lost_before: Vec<&String> = ok_before_kill
+        .iter()
+        .filter(|id| !there.contains(*id))
+        .collect();
     assert!(
         lost_before.is_empty(),
         "inserts that returned Ok before the kill are gone: {lost_before:?}"
     );
     let lost: Vec<&String> = ok.iter().filter(|id| !there.contains(*id)).collect();
-    assert!(lost.is_empty(), "inserts that returned Ok are gone: {lost:?}");
+    assert!(
+        lost.is_empty(),
+        "inserts that returned Ok are gone: {lost:?}"
+    );
     let distinct: BTreeSet<&String> = ok.iter().collect();
-    assert_eq!(distinct.len(), ok.len(), "a generated id was handed out twice");
+    assert_eq!(
+        distinct.len(),
+        ok.len(),
+        "a generated id was handed out twice"
+    );
     assert!(there.len() <= (WORKERS * PER_WORKER) as usize);
     // The handle works on: its first call may still meet a dead connection.
     let stats = second_try("stats", || q.stats()).await;
@@ -545,7 +576,9 @@ async fn every_insert_that_returned_ok_survives_a_kill_9_of_the_server() {
     );
     let d = {
         q.insert_with_id("later", &1, Duration::ZERO).await.unwrap();
-        within("take after the restart", PATIENCE, q.take()).await.unwrap()
+        within("take after the restart", PATIENCE, q.take())
+            .await
+            .unwrap()
     };
     assert_eq!(d.id(), "later");
     assert!(d.ack().await.unwrap());
@@ -658,7 +691,12 @@ impl Drop for Killed {
 fn spawn_child(role: &str, url: &str, name: &str, lease: Duration) -> Killed {
     Killed(
         Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_process", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "child_process",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD, role)
             .env(CHILD_URL, url)
             .env(CHILD_QUEUE, name)
@@ -706,11 +744,18 @@ async fn a_consumer_killed_holding_a_lease_gets_its_entry_redelivered_after_the_
     let mut child = spawn_child("take", &url, NAME, lease);
     let (out, lease_end, claimed) = kill_holder(&mut child, &q, &url, NAME).await;
     assert!(out.contains("took a attempt 1"), "{out}");
-    assert_eq!(lease_end - claimed, lease.as_millis() as i64, "the lease granted");
+    assert_eq!(
+        lease_end - claimed,
+        lease.as_millis() as i64,
+        "the lease granted"
+    );
 
     // While the lease lasts, nothing to take.
     let now = db_now_ms(&url).await;
-    assert!(now < lease_end - 200, "the lease ran out before the test looked");
+    assert!(
+        now < lease_end - 200,
+        "the lease ran out before the test looked"
+    );
     assert!(
         q.try_take().await.unwrap().is_none(),
         "delivered again while leased"
@@ -764,7 +809,9 @@ async fn a_worker_killed_mid_handler_leaves_the_entry_to_another_worker_after_it
                 // The local server shares this machine's clock.
                 let started = epoch_ms(wall());
                 sleep(ms(100)).await;
-                runs.lock().unwrap().push((job.id().to_owned(), job.attempt(), started));
+                runs.lock()
+                    .unwrap()
+                    .push((job.id().to_owned(), job.attempt(), started));
                 Ok::<(), String>(())
             }
         }

@@ -75,7 +75,10 @@ impl PgServer {
         };
         if let Some((uid, gid)) = user {
             std::os::unix::fs::chown(&server.dir, Some(uid), Some(gid)).unwrap_or_else(|e| {
-                panic!("cannot hand {} to the postgres user: {e}", server.dir.display())
+                panic!(
+                    "cannot hand {} to the postgres user: {e}",
+                    server.dir.display()
+                )
             });
         }
         server.initdb();
@@ -308,7 +311,11 @@ fn bin_dir() -> PathBuf {
     };
     if let Ok(dir) = std::env::var("PUNCTUAL_PG_BIN") {
         let dir = PathBuf::from(dir);
-        assert!(has_all(&dir), "PUNCTUAL_PG_BIN={}: {NOT_FOUND}", dir.display());
+        assert!(
+            has_all(&dir),
+            "PUNCTUAL_PG_BIN={}: {NOT_FOUND}",
+            dir.display()
+        );
         return dir;
     }
     if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
