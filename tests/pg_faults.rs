@@ -248,7 +248,7 @@ async fn producers_during_terminations_get_err_or_their_entry_exactly_once() {
     const APP: &str = "punctual_faults_producers";
     const NAME: &str = "producers";
     const PRODUCERS: u64 = 4;
-    const PER_PRODUCER: u64 = 150;
+    const PER_PRODUCER: u64 = 100;
     const BATCHES: u64 = 40;
     const BATCH: u64 = 10;
     /// Values of batch entries: `MANY + batch * BATCH + i`.
