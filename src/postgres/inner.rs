@@ -207,22 +207,24 @@ impl Inner {
         let arrays = self.op_arrays(Some(&releases), ops);
         let kicks = *self.waiter.kicks().borrow();
         let max = i32::try_from(max.min(crate::durable::store::MAX_CLAIM)).unwrap_or(1);
-        let reply = sqlx::query(&self.sql.claim)
-            .bind(&self.name)
-            .bind(&self.channel)
-            .bind(max)
-            .bind(millis(self.lease).max(1))
-            .bind(i32::try_from(self.max_attempts).unwrap_or(i32::MAX))
-            .bind(&*attempt.token)
-            .bind(recover)
-            .bind(&arrays.kinds)
-            .bind(&arrays.ids)
-            .bind(&arrays.tokens)
-            .bind(&arrays.ms)
-            .bind(&arrays.reasons)
-            .bind(&arrays.cands)
-            .fetch_one(&self.pool)
-            .await;
+        let reply = retry_dead(|| {
+            sqlx::query(&self.sql.claim)
+                .bind(&self.name)
+                .bind(&self.channel)
+                .bind(max)
+                .bind(millis(self.lease).max(1))
+                .bind(i32::try_from(self.max_attempts).unwrap_or(i32::MAX))
+                .bind(&*attempt.token)
+                .bind(recover)
+                .bind(&arrays.kinds)
+                .bind(&arrays.ids)
+                .bind(&arrays.tokens)
+                .bind(&arrays.ms)
+                .bind(&arrays.reasons)
+                .bind(&arrays.cands)
+                .fetch_one(&self.pool)
+        })
+        .await;
         let row = match reply {
             Ok(row) => row,
             Err(error) => {
@@ -283,18 +285,20 @@ impl Inner {
     async fn finish_once(&self, ops: &[Op], release: bool) -> Result<Vec<OpResult>, Error> {
         let releases = release.then(|| Releases::take(self));
         let arrays = self.op_arrays(releases.as_ref(), ops);
-        let row = sqlx::query(&self.sql.finish)
-            .bind(&self.name)
-            .bind(&self.channel)
-            .bind(i32::try_from(self.max_attempts).unwrap_or(i32::MAX))
-            .bind(&arrays.kinds)
-            .bind(&arrays.ids)
-            .bind(&arrays.tokens)
-            .bind(&arrays.ms)
-            .bind(&arrays.reasons)
-            .bind(&arrays.cands)
-            .fetch_one(&self.pool)
-            .await?;
+        let row = retry_dead(|| {
+            sqlx::query(&self.sql.finish)
+                .bind(&self.name)
+                .bind(&self.channel)
+                .bind(i32::try_from(self.max_attempts).unwrap_or(i32::MAX))
+                .bind(&arrays.kinds)
+                .bind(&arrays.ids)
+                .bind(&arrays.tokens)
+                .bind(&arrays.ms)
+                .bind(&arrays.reasons)
+                .bind(&arrays.cands)
+                .fetch_one(&self.pool)
+        })
+        .await?;
         let released = releases.map_or(0, Releases::sent);
         self.saw_clock(row.try_get("now")?);
         Ok(op_results(&row)?.split_off(released))
@@ -309,14 +313,16 @@ impl Inner {
     ) -> Result<Vec<Option<SystemTime>>, Error> {
         let ids: Vec<&str> = held.iter().map(|h| h.id.as_str()).collect();
         let tokens: Vec<&str> = held.iter().map(|h| &*h.token).collect();
-        let ends: Vec<i64> = sqlx::query_scalar(&self.sql.extend)
-            .bind(&self.name)
-            .bind(&self.channel)
-            .bind(millis(lease))
-            .bind(&ids)
-            .bind(&tokens)
-            .fetch_one(&self.pool)
-            .await?;
+        let ends: Vec<i64> = retry_dead(|| {
+            sqlx::query_scalar(&self.sql.extend)
+                .bind(&self.name)
+                .bind(&self.channel)
+                .bind(millis(lease))
+                .bind(&ids)
+                .bind(&tokens)
+                .fetch_one(&self.pool)
+        })
+        .await?;
         Ok(ends
             .into_iter()
             .map(|end| (end > 0).then(|| system_time(end)))
@@ -383,4 +389,47 @@ pub(crate) fn millis(d: Duration) -> i64 {
 
 pub(crate) fn system_time(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// Runs `call` again, at once, while it fails on a pooled connection that
+/// died before the statement was sent (the server restarted, or an
+/// administrator terminated it): the statement never ran, so asking again
+/// on the next connection is safe, and a handle does not fail one call per
+/// dead connection of its pool. Other errors are returned as they are.
+pub(crate) async fn retry_dead<R, E, F, Fut>(mut call: F) -> Result<R, E>
+where
+    E: DiedBeforeRunning,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<R, E>>,
+{
+    // More than a pool's connections: each dead one fails once.
+    for _ in 0..64 {
+        match call().await {
+            Err(error) if error.died_before_running() => continue,
+            other => return other,
+        }
+    }
+    call().await
+}
+
+/// Whether the server ended the session before the statement ran:
+/// shutdown, crash or an administrator's `pg_terminate_backend` (the FATAL
+/// message was waiting on the socket).
+pub(crate) trait DiedBeforeRunning {
+    fn died_before_running(&self) -> bool;
+}
+
+impl DiedBeforeRunning for sqlx::Error {
+    fn died_before_running(&self) -> bool {
+        match self {
+            sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("57P01" | "57P02")),
+            _ => false,
+        }
+    }
+}
+
+impl DiedBeforeRunning for Error {
+    fn died_before_running(&self) -> bool {
+        matches!(self, Error::Database(e) if e.died_before_running())
+    }
 }

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::builder::PgQueueBuilder;
 use super::delivery::Delivery;
 use super::error::{Error, check_id};
-use super::inner::{Attempt, Inner, millis, system_time};
+use super::inner::{Attempt, Inner, millis, retry_dead, system_time};
 use super::{DeadLetter, PgStats};
 use crate::durable::store::{Sealed, Taken};
 use crate::durable::take::{Abandon, take_until};
@@ -113,7 +113,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// ```
     pub async fn insert(&self, value: &T, delay: Duration) -> Result<String, Error> {
         let pool = &self.inner.pool;
-        let (_, id) = self.put(pool, None, value, false, millis(delay)).await?;
+        let put = || self.put(pool, None, value, false, millis(delay));
+        let (_, id) = retry_dead(put).await?;
         Ok(id)
     }
 
@@ -125,7 +126,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// As [`insert`](Self::insert).
     pub async fn insert_at(&self, value: &T, at: SystemTime) -> Result<String, Error> {
         let at = at.duration_since(UNIX_EPOCH).map_or(0, millis);
-        let (_, id) = self.put(&self.inner.pool, None, value, true, at).await?;
+        let pool = &self.inner.pool;
+        let (_, id) = retry_dead(|| self.put(pool, None, value, true, at)).await?;
         Ok(id)
     }
 
@@ -146,9 +148,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     ) -> Result<bool, Error> {
         check_id(id)?;
         let pool = &self.inner.pool;
-        let (inserted, _) = self
-            .put(pool, Some(id), value, false, millis(delay))
-            .await?;
+        let put = || self.put(pool, Some(id), value, false, millis(delay));
+        let (inserted, _) = retry_dead(put).await?;
         Ok(inserted)
     }
 
@@ -238,7 +239,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// database cannot be reached.
     pub async fn remove(&self, id: &str) -> Result<bool, Error> {
         check_id(id)?;
-        self.remove_on(&self.inner.pool, id, false).await
+        retry_dead(|| self.remove_on(&self.inner.pool, id, false)).await
     }
 
     /// As [`remove`](Self::remove), inside the caller's transaction: the
@@ -274,13 +275,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// As [`remove`](Self::remove).
     pub async fn reset(&self, id: &str, delay: Duration) -> Result<bool, Error> {
         check_id(id)?;
-        Ok(sqlx::query_scalar(&self.inner.sql.reset)
-            .bind(&self.inner.name)
-            .bind(&self.inner.channel)
-            .bind(id)
-            .bind(millis(delay))
-            .fetch_one(&self.inner.pool)
-            .await?)
+        Ok(retry_dead(|| {
+            sqlx::query_scalar(&self.inner.sql.reset)
+                .bind(&self.inner.name)
+                .bind(&self.inner.channel)
+                .bind(id)
+                .bind(millis(delay))
+                .fetch_one(&self.inner.pool)
+        })
+        .await?)
     }
 
     /// When the entry `id` is due (the end of its lease while leased), or
@@ -291,11 +294,13 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// As [`remove`](Self::remove).
     pub async fn deadline(&self, id: &str) -> Result<Option<SystemTime>, Error> {
         check_id(id)?;
-        let at: Option<i64> = sqlx::query_scalar(&self.inner.sql.deadline)
-            .bind(&self.inner.name)
-            .bind(id)
-            .fetch_optional(&self.inner.pool)
-            .await?;
+        let at: Option<i64> = retry_dead(|| {
+            sqlx::query_scalar(&self.inner.sql.deadline)
+                .bind(&self.inner.name)
+                .bind(id)
+                .fetch_optional(&self.inner.pool)
+        })
+        .await?;
         Ok(at.map(system_time))
     }
 
@@ -419,10 +424,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     ///
     /// [`Error::Database`] if the database cannot be reached.
     pub async fn stats(&self) -> Result<PgStats, Error> {
-        let row = sqlx::query(&self.inner.sql.stats)
-            .bind(&self.inner.name)
-            .fetch_one(&self.inner.pool)
-            .await?;
+        let row = retry_dead(|| {
+            sqlx::query(&self.inner.sql.stats)
+                .bind(&self.inner.name)
+                .fetch_one(&self.inner.pool)
+        })
+        .await?;
         let count = |column: &str| -> Result<u64, Error> {
             let n: i64 = row.try_get(column)?;
             Ok(u64::try_from(n).unwrap_or(0))
@@ -444,11 +451,13 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         if max == 0 {
             return Ok(Vec::new());
         }
-        let rows = sqlx::query(&self.inner.sql.dead_letters)
-            .bind(&self.inner.name)
-            .bind(i64::try_from(max).unwrap_or(i64::MAX))
-            .fetch_all(&self.inner.pool)
-            .await?;
+        let rows = retry_dead(|| {
+            sqlx::query(&self.inner.sql.dead_letters)
+                .bind(&self.inner.name)
+                .bind(i64::try_from(max).unwrap_or(i64::MAX))
+                .fetch_all(&self.inner.pool)
+        })
+        .await?;
         rows.into_iter()
             .map(|row| {
                 let value: String = row.try_get("value")?;
@@ -472,13 +481,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// As [`remove`](Self::remove).
     pub async fn requeue_dead(&self, id: &str, delay: Duration) -> Result<bool, Error> {
         check_id(id)?;
-        Ok(sqlx::query_scalar(&self.inner.sql.requeue_dead)
-            .bind(&self.inner.name)
-            .bind(&self.inner.channel)
-            .bind(id)
-            .bind(millis(delay))
-            .fetch_one(&self.inner.pool)
-            .await?)
+        Ok(retry_dead(|| {
+            sqlx::query_scalar(&self.inner.sql.requeue_dead)
+                .bind(&self.inner.name)
+                .bind(&self.inner.channel)
+                .bind(id)
+                .bind(millis(delay))
+                .fetch_one(&self.inner.pool)
+        })
+        .await?)
     }
 
     /// Deletes every entry and schedule of this queue (other queues of the
@@ -488,10 +499,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     ///
     /// [`Error::Database`] if the database cannot be reached.
     pub async fn purge(&self) -> Result<(), Error> {
-        sqlx::query(&self.inner.sql.purge)
-            .bind(&self.inner.name)
-            .execute(&self.inner.pool)
-            .await?;
+        retry_dead(|| {
+            sqlx::query(&self.inner.sql.purge)
+                .bind(&self.inner.name)
+                .execute(&self.inner.pool)
+        })
+        .await?;
         Ok(())
     }
 

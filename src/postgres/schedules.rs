@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use sqlx::Row;
 
 use super::error::{Error, check_id};
-use super::inner::{cron_instants, millis, system_time};
+use super::inner::{cron_instants, millis, retry_dead, system_time};
 use super::queue::PgQueue;
 use crate::MissedTicks;
 use crate::durable::{ScheduleInfo, period_ms, policy, spec_of};
@@ -49,13 +49,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             .collect::<Result<Vec<_>, _>>()?;
         let delays: Vec<i64> = entries.iter().map(|(_, delay)| millis(*delay)).collect();
         let inner = self.inner();
-        Ok(sqlx::query_scalar(&inner.sql.insert_many)
-            .bind(&inner.name)
-            .bind(&inner.channel)
-            .bind(&values)
-            .bind(&delays)
-            .fetch_one(&inner.pool)
-            .await?)
+        Ok(retry_dead(|| {
+            sqlx::query_scalar(&inner.sql.insert_many)
+                .bind(&inner.name)
+                .bind(&inner.channel)
+                .bind(&values)
+                .bind(&delays)
+                .fetch_one(&inner.pool)
+        })
+        .await?)
     }
 
     /// Creates or changes the schedule `name`: a tick every `period`, on a
@@ -121,15 +123,17 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         let inner = self.inner();
         let mut cands = String::new();
         for _ in 0..3 {
-            let row = sqlx::query(&inner.sql.schedule)
-                .bind(&inner.name)
-                .bind(&inner.channel)
-                .bind(name)
-                .bind(&rec)
-                .bind(&json)
-                .bind(&cands)
-                .fetch_one(&inner.pool)
-                .await?;
+            let row = retry_dead(|| {
+                sqlx::query(&inner.sql.schedule)
+                    .bind(&inner.name)
+                    .bind(&inner.channel)
+                    .bind(name)
+                    .bind(&rec)
+                    .bind(&json)
+                    .bind(&cands)
+                    .fetch_one(&inner.pool)
+            })
+            .await?;
             let result: i32 = row.try_get("result")?;
             match result {
                 TAKEN => {
@@ -157,7 +161,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// As [`remove`](Self::remove).
     pub async fn unschedule(&self, name: &str) -> Result<bool, Error> {
         check_id(name)?;
-        self.remove_on(&self.inner().pool, name, true).await
+        retry_dead(|| self.remove_on(&self.inner().pool, name, true)).await
     }
 
     /// Every schedule of the queue, by name: its spec, next instant (`None`
@@ -169,10 +173,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// [`Error::Database`] if the database cannot be reached.
     pub async fn schedules(&self) -> Result<Vec<ScheduleInfo<T>>, Error> {
         let inner = self.inner();
-        let rows = sqlx::query(&inner.sql.schedules)
-            .bind(&inner.name)
-            .fetch_all(&inner.pool)
-            .await?;
+        let rows = retry_dead(|| {
+            sqlx::query(&inner.sql.schedules)
+                .bind(&inner.name)
+                .fetch_all(&inner.pool)
+        })
+        .await?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
             let rec: String = row.try_get("rec")?;

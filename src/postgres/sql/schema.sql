@@ -153,11 +153,8 @@ BEGIN
         v_found := FOUND;
         DELETE FROM __SCHEMA__.entries e
         WHERE e.queue = p_queue AND e.id = p_id AND e.tick IS NOT NULL;
-        v_found := v_found OR FOUND;
-        -- Again, in a new snapshot: an ack that held the tick while the
-        -- statement above waited for it has inserted its successor.
-        DELETE FROM __SCHEMA__.entries e
-        WHERE e.queue = p_queue AND e.id = p_id AND e.tick IS NOT NULL;
+        -- An ack that holds the tick turns it into its successor in place:
+        -- this waits for it, then deletes the successor.
         RETURN v_found OR FOUND;
     END IF;
     DELETE FROM __SCHEMA__.entries e WHERE e.queue = p_queue AND e.id = p_id
@@ -268,21 +265,34 @@ BEGIN
     state := 'c'; next := v_ref;
 END $$;
 
--- Inserts the tick of schedule `p_name` due at `p_at`: a fresh entry
--- (attempt 0) with the schedule's value.
-CREATE OR REPLACE FUNCTION __SCHEMA__.successor(p_queue text, p_channel text, p_name text,
+-- Makes the entry `p_name` the tick of its schedule due at `p_at`: a fresh
+-- entry (attempt 0) with the schedule's value, in place of the tick that
+-- leaves (updated in place, so a statement waiting on that row's lock, an
+-- upsert or an unschedule, finds the successor); or deletes it when `p_at`
+-- is NULL (no instant left) or the schedule is gone.
+CREATE OR REPLACE FUNCTION __SCHEMA__.place_tick(p_queue text, p_channel text, p_name text,
     p_at bigint) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_old_head bigint := __SCHEMA__.head(p_queue);
 BEGIN
-    INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value, tick)
-    SELECT p_queue, p_name, nextval('__SCHEMA__.seq'), p_at, s.value, p_at
-    FROM __SCHEMA__.schedules s WHERE s.queue = p_queue AND s.name = p_name;
-    PERFORM __SCHEMA__.announce(p_channel, p_at, v_old_head);
+    IF p_at IS NOT NULL THEN
+        INSERT INTO __SCHEMA__.entries AS e (queue, id, seq, run_at, value, tick)
+        SELECT p_queue, p_name, nextval('__SCHEMA__.seq'), p_at, s.value, p_at
+        FROM __SCHEMA__.schedules s WHERE s.queue = p_queue AND s.name = p_name
+        ON CONFLICT (queue, id) DO UPDATE SET seq = excluded.seq, run_at = excluded.run_at,
+            value = excluded.value, attempt = 0, token = NULL, since = NULL, deadline = NULL,
+            tick = excluded.tick, reason = NULL, died_at = NULL;
+        IF FOUND THEN
+            PERFORM __SCHEMA__.announce(p_channel, p_at, v_old_head);
+            RETURN;
+        END IF;
+    END IF;
+    DELETE FROM __SCHEMA__.entries d WHERE d.queue = p_queue AND d.id = p_name;
 END $$;
 
--- Moves entry `e` to the dead letters with `p_reason`. A tick is kept under
--- '<name>@<instant>' (its name stays free for its successor).
+-- Moves entry `e` to the dead letters with `p_reason`. A tick is copied to
+-- '<name>@<instant>' (its name stays for its successor: the caller places
+-- it with place_tick).
 CREATE OR REPLACE FUNCTION __SCHEMA__.bury(p_queue text, e __SCHEMA__.entries, p_reason text,
     p_now bigint) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -300,7 +310,6 @@ BEGIN
         v_n := v_n + 1;
         v_dead := e.id || '@' || e.tick || '.' || v_n;
     END LOOP;
-    DELETE FROM __SCHEMA__.entries d WHERE d.queue = p_queue AND d.id = e.id;
     INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value, attempt, deadline, reason, died_at)
     VALUES (p_queue, v_dead, e.seq, NULL, e.value, e.attempt, e.deadline, p_reason, p_now);
 END $$;
@@ -384,11 +393,11 @@ BEGIN
     END IF;
     IF v_kind = 'd' THEN
         PERFORM __SCHEMA__.bury(p_queue, e, p_reason, p_now);
-    ELSE
-        DELETE FROM __SCHEMA__.entries d WHERE d.queue = p_queue AND d.id = p_id;
     END IF;
-    IF v_next IS NOT NULL THEN
-        PERFORM __SCHEMA__.successor(p_queue, p_channel, p_id, v_next);
+    IF e.tick IS NOT NULL THEN
+        PERFORM __SCHEMA__.place_tick(p_queue, p_channel, p_id, v_next);
+    ELSIF v_kind <> 'd' THEN
+        DELETE FROM __SCHEMA__.entries d WHERE d.queue = p_queue AND d.id = p_id;
     END IF;
     rec := NULL;
 END $$;
@@ -522,8 +531,8 @@ BEGIN
                 FROM __SCHEMA__.next_tick(v_rec, e.tick, NULL, now, NULL) t;
             END IF;
             PERFORM __SCHEMA__.bury(p_queue, e, v_limit_reason, now);
-            IF v_next IS NOT NULL THEN
-                PERFORM __SCHEMA__.successor(p_queue, p_channel, e.id, v_next);
+            IF e.tick IS NOT NULL THEN
+                PERFORM __SCHEMA__.place_tick(p_queue, p_channel, e.id, v_next);
             END IF;
         ELSE
             UPDATE __SCHEMA__.entries d SET run_at = v_lease_end, attempt = e.attempt,
@@ -638,11 +647,8 @@ BEGIN
         UPDATE __SCHEMA__.entries d SET value = p_value
         WHERE d.queue = p_queue AND d.id = p_name;
     ELSE
-        DELETE FROM __SCHEMA__.entries d WHERE d.queue = p_queue AND d.id = p_name;
         -- NULL: a cron expression with no instant left keeps no tick.
-        IF v_first IS NOT NULL THEN
-            PERFORM __SCHEMA__.successor(p_queue, p_channel, p_name, v_first);
-        END IF;
+        PERFORM __SCHEMA__.place_tick(p_queue, p_channel, p_name, v_first);
     END IF;
     result := 1;
 END $$;
