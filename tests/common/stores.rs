@@ -26,6 +26,7 @@ pub const LEASE: Duration = Duration::from_millis(300);
 /// The poll interval of the queues that `Store::open` makes.
 pub const POLL: Duration = Duration::from_millis(50);
 
+#[allow(unused_macros)]
 macro_rules! on_every_store {
     ($($item:item)*) => {
         #[cfg(feature = "redis")]
