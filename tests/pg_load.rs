@@ -344,7 +344,7 @@ fn consumer_process() {
 
 /// One consumer: takes up to [`BATCH`] entries, then acks each, or drops it
 /// ([`DROP_PERCENT`]); a line per delivery. A `take_many` cut short by the
-/// 200 ms timeout gives back what it claimed (seen as a gap in attempts).
+/// 200 ms timeout loses nothing: what it claimed comes back (API.md).
 async fn consume(
     q: PgQueue<u64>,
     process: u64,
