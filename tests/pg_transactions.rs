@@ -482,3 +482,44 @@ async fn a_value_that_does_not_serialize_leaves_the_callers_transaction_usable()
     let d = good.try_take().await.unwrap().expect("committed");
     assert_eq!((d.id(), *d.value()), (id.as_str(), 1));
 }
+
+/// Scans of the test's `entries` table so far, as the statistics
+/// collector reports them (backends report at most once a second).
+fn scans(store: &Store) -> i64 {
+    store
+        .db
+        .psql(&format!(
+            "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables \
+             WHERE schemaname = '{}' AND relname = 'entries'",
+            store.schema
+        ))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_due_entry_locked_by_an_open_remove_in_does_not_make_consumers_spin() {
+    let store = Store::start();
+    let (pool, q) = queue::<u64>(&store, "tx-locked-head").await;
+    let waiting = consumer(&store, "tx-locked-head").await;
+    q.insert_with_id("x", &1, Duration::ZERO).await.unwrap();
+    // The caller's transaction holds the due row's lock for a while.
+    let mut tx = pool.begin().await.unwrap();
+    assert!(q.remove_in(&mut tx, "x").await.unwrap());
+    let taker = tokio::spawn(async move { waiting.take_timeout(ms(3000)).await });
+    tokio::time::sleep(ms(200)).await;
+    let before = scans(&store);
+    tokio::time::sleep(ms(2000)).await;
+    let during = scans(&store) - before;
+    tx.rollback().await.unwrap();
+    // "An idle queue costs at most one query per poll_interval per built
+    // handle": nothing can be delivered while the row is locked, so a
+    // consumer polling every 30 s has no reason to ask more than a few
+    // times in 2 s (a busy loop asks hundreds of times).
+    assert!(
+        during <= 50,
+        "{during} scans of the entries table in 2 s by one waiting consumer"
+    );
+    let d = within("the consumer", taker).await.unwrap().unwrap();
+    assert_eq!(d.expect("delivered after the rollback").id(), "x");
+}
