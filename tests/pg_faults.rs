@@ -239,7 +239,7 @@ enum Outcome {
 }
 
 /// Producers calling `insert_with_id` (and `insert_many`) in a loop while
-/// the queue's backends are terminated every few milliseconds: each call
+/// the queue's backends are terminated every 50 ms: each call
 /// either returns `Err` or its entry is there, exactly once, whole (value,
 /// due time, never leased); an `Err` leaves the entry there at most once;
 /// a batch is all there or not at all.
@@ -294,7 +294,7 @@ async fn producers_during_terminations_get_err_or_their_entry_exactly_once() {
             while !done.load(Ordering::SeqCst) {
                 total += terminate(&mut admin, &db, APP).await;
                 rounds += 1;
-                sleep(ms(15)).await;
+                sleep(ms(50)).await;
             }
             (total, rounds)
         }
