@@ -45,6 +45,10 @@ pub(crate) struct Inner {
     in_doubt: Lock<Vec<Arc<str>>>,
 }
 
+/// How soon a consumer asks again while due entries are locked by another
+/// transaction (a claim, a caller's open `remove_in`).
+const LOCKED_RECHECK: Duration = Duration::from_millis(200);
+
 /// The ops of one call as the parallel arrays the SQL functions take.
 #[derive(Default)]
 struct OpArrays {
@@ -253,9 +257,14 @@ impl Inner {
                 pending_where_unsettled(&results)
             }
         };
-        let wait = head.map_or(self.poll_interval, |head| {
+        let mut wait = head.map_or(self.poll_interval, |head| {
             Duration::from_millis(u64::try_from(head - now).unwrap_or(0))
         });
+        if row.try_get::<bool, _>("locked")? {
+            // Another transaction holds due entries; its rollback would
+            // announce nothing.
+            wait = wait.min(LOCKED_RECHECK.min(self.poll_interval));
+        }
         let next_due = deadline_after(Instant::now(), wait);
         self.waiter.set_next_due(next_due, kicks);
         Ok(Claim {

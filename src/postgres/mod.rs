@@ -57,7 +57,11 @@
 //! a new head) announces an earlier head, and asks again at least every
 //! `poll_interval`. An idle queue costs one query per `poll_interval` per
 //! built handle, and one connection of the pool held for `LISTEN` while
-//! consumers wait.
+//! consumers wait. A due entry whose row another transaction holds locked
+//! (an open `remove_in`, another consumer's claim) is skipped, not waited
+//! for; since that transaction may end without a notification (a
+//! rollback), consumers ask again every 200 ms (or `poll_interval`, if
+//! shorter) while it lasts.
 //!
 //! # Tables
 //!

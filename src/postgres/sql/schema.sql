@@ -75,6 +75,15 @@ LANGUAGE sql STABLE AS $$
     ORDER BY run_at, seq LIMIT 1
 $$;
 
+-- When the queue's first entry after `p_now` is due (a lease end while
+-- leased), or NULL.
+CREATE OR REPLACE FUNCTION __SCHEMA__.next_after(p_queue text, p_now bigint) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT run_at FROM __SCHEMA__.entries
+    WHERE queue = p_queue AND run_at > p_now
+    ORDER BY run_at, seq LIMIT 1
+$$;
+
 -- Tells waiting consumers (LISTEN on `p_channel`) that an entry is due at
 -- `p_at`, if that is before the old head: only a new head can wake one
 -- earlier. Sent at commit.
@@ -461,12 +470,14 @@ END $$;
 -- reply was lost; what it leased then is returned, if it ran. Rows locked
 -- by other claims are skipped, so claims never wait on each other.
 -- `head`: when the head is due after the claim (NULL: empty queue);
--- `more`: more entries were due than taken.
+-- `more`: more entries were due than taken; `locked`: due entries were
+-- skipped, locked by another transaction (`head` is then the first entry
+-- not yet due).
 CREATE OR REPLACE FUNCTION __SCHEMA__.claim(p_queue text, p_channel text, p_max integer,
     p_lease bigint, p_limit integer, p_token text, p_recover boolean,
     p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[], p_reasons text[],
     p_cands text[],
-    OUT now bigint, OUT head bigint, OUT more boolean,
+    OUT now bigint, OUT head bigint, OUT more boolean, OUT locked boolean,
     OUT results integer[], OUT cron_from bigint[], OUT recs text[],
     OUT ids text[], OUT vals text[], OUT attempts integer[], OUT deadlines bigint[],
     OUT lease_ends bigint[], OUT schedule_recs text[], OUT whys text[])
@@ -483,6 +494,7 @@ BEGIN
     now := __SCHEMA__.now_ms();
     v_lease_end := now + p_lease;
     more := false;
+    locked := false;
     SELECT f.results, f.cron_from, f.recs INTO results, cron_from, recs
     FROM __SCHEMA__.finish_all(p_queue, p_channel, p_limit, now, p_kinds, p_ids, p_tokens,
         p_ms, p_reasons, p_cands) f;
@@ -501,7 +513,7 @@ BEGIN
                 THEN v_limit_reason END;
         END LOOP;
         IF array_length(ids, 1) > 0 THEN
-            head := __SCHEMA__.head(p_queue);
+            head := __SCHEMA__.next_after(p_queue, now);
             RETURN;
         END IF;
     END IF;
@@ -547,6 +559,14 @@ BEGIN
     END LOOP;
     IF NOT more THEN
         head := __SCHEMA__.head(p_queue);
+        IF head <= now THEN
+            -- Due rows the claim skipped are locked by another transaction
+            -- (a claim, a caller's remove_in), which may end either way
+            -- without a notification: the client asks again soon, and waits
+            -- for the first row not yet due otherwise.
+            locked := true;
+            head := __SCHEMA__.next_after(p_queue, now);
+        END IF;
     END IF;
 END $$;
 
