@@ -185,9 +185,25 @@ async fn main() -> Result<ExitCode, Error> {
         worker.shutdown(Duration::from_secs(1)).await;
     }
 
-    let log = log.lock().unwrap();
+    let ok = check(&log.lock().unwrap(), &orders, paid, doomed);
+    a.purge().await?;
+    sqlx::query("DROP TABLE example_orders")
+        .execute(&pool)
+        .await?;
+    sqlx::query(&format!("DROP SCHEMA {SCHEMA} CASCADE"))
+        .execute(&pool)
+        .await?;
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Prints the summary; whether every order and tick ran as it should.
+fn check(log: &Log, orders: &[i64], paid: i64, doomed: i64) -> bool {
     let mut ok = true;
-    for id in &orders {
+    for id in orders {
         let runs = log.expired.get(id).copied().unwrap_or(0);
         let want = u32::from(*id != paid);
         if runs != want {
@@ -206,16 +222,5 @@ async fn main() -> Result<ExitCode, Error> {
         log.ticks.len(),
         log.ticks.values().all(|&n| n == 1)
     );
-    a.purge().await?;
-    sqlx::query("DROP TABLE example_orders")
-        .execute(&pool)
-        .await?;
-    sqlx::query(&format!("DROP SCHEMA {SCHEMA} CASCADE"))
-        .execute(&pool)
-        .await?;
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    ok
 }
