@@ -62,7 +62,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use punctual::durable::Worker;
 use punctual::postgres::PgQueue;
-use punctual::postgres::sqlx::{self, PgPool, Row, postgres::PgPoolOptions};
+use punctual::postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use punctual::postgres::sqlx::{self, PgPool, Row};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -70,14 +71,18 @@ use tokio::time::Instant;
 const DEFAULT_RUNS: usize = 3;
 const CONSUMERS: usize = 8;
 const PRODUCERS: usize = 8;
+/// The worker's concurrency (`PG_BENCH_CONCURRENCY` to change).
 const CONCURRENCY: usize = 8;
 const DRAIN_N: u64 = 20_000;
 const LATE_N: u64 = 20_000;
 const LATE_SPREAD_MS: u64 = 2_000;
+/// The shortest time before the first deadline of the lateness run.
 const LATE_LEAD_MS: u64 = 1_000;
-const SEQ_N: u64 = 5_000;
-const CONC_N: u64 = 20_000;
-const BULK_N: u64 = 100_000;
+/// Inserts timed before the lateness run, to choose its lead.
+const LATE_PROBE: u64 = 1_000;
+const SEQ_N: u64 = 2_000;
+const CONC_N: u64 = 10_000;
+const BULK_N: u64 = 50_000;
 const CHUNK: usize = 256;
 const FLOOR_POLL: Duration = Duration::from_millis(10);
 /// Connections of each side's pool (8 producers and 8 consumers fit).
@@ -177,6 +182,36 @@ async fn new_pool(url: &str) -> PgPool {
         .expect("connect")
 }
 
+/// Settings of the drain's consumers' sessions (the worker's pool, the
+/// floor consumers' pool), from `PG_BENCH_CONSUMER_SET`
+/// (`synchronous_commit=off,track_functions=pl`, say).
+fn consumer_settings() -> Vec<(String, String)> {
+    std::env::var("PG_BENCH_CONSUMER_SET")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+/// The pool of the drain's consumers.
+async fn consumer_pool(url: &str) -> PgPool {
+    let settings = consumer_settings();
+    if settings.is_empty() {
+        return new_pool(url).await;
+    }
+    let options = url
+        .parse::<PgConnectOptions>()
+        .expect("url")
+        .options(settings);
+    PgPoolOptions::new()
+        .max_connections(POOL_SIZE)
+        .test_before_acquire(false)
+        .connect_with(options)
+        .await
+        .expect("connect")
+}
+
 /// Opens `n` connections of `pool` (so neither side pays for connecting
 /// while timed).
 async fn warm(pool: &PgPool, n: usize) {
@@ -186,16 +221,22 @@ async fn warm(pool: &PgPool, n: usize) {
     }
 }
 
-/// Database-wide counters from `pg_stat_database`, and the WAL position.
-#[derive(Clone, Copy, Default)]
+/// This database's counters from `pg_stat_database`, and the WAL position.
+#[derive(Clone, Default)]
 struct Counters {
     xacts: i64,
     rows: i64,
+    lsn: String,
 }
 
 /// The bench's control connection.
 struct Ctl {
     pool: PgPool,
+    /// `%/<database oid>/%`: a WAL record's block reference to this
+    /// database's relations.
+    ours: String,
+    /// Whether `pg_walinspect` is there (else WAL is the server's).
+    walinspect: bool,
 }
 
 impl Ctl {
@@ -213,11 +254,95 @@ impl Ctl {
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
-    async fn wal(&self) -> f64 {
-        sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8")
+    async fn connect(url: &str) -> Ctl {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .test_before_acquire(false)
+            .connect(url)
+            .await
+            .expect("control connection");
+        let oid: i64 = sqlx::query_scalar(
+            "SELECT oid::bigint FROM pg_database WHERE datname = current_database()",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("database oid");
+        // The WAL read back is kept by a temporary slot of this session
+        // (a checkpoint would remove it otherwise), moved on after each read.
+        let walinspect = sqlx::raw_sql(&format!(
+            "CREATE EXTENSION IF NOT EXISTS pg_walinspect; \
+             SELECT pg_create_physical_replication_slot('punctual_bench_{}', true, true);",
+            std::process::id()
+        ))
+        .execute(&pool)
+        .await
+        .map_err(|e| println!("  note: no pg_walinspect ({e}): WAL is the server's"))
+        .is_ok();
+        Ctl {
+            pool,
+            ours: format!("%/{oid}/%"),
+            walinspect,
+        }
+    }
+
+    /// WAL bytes written between `from` and `to`: the records that touch
+    /// this database's relations and those of its transactions (commits),
+    /// read with `pg_walinspect`; without it, everything the server wrote.
+    async fn wal_between(&self, from: &str, to: &str) -> f64 {
+        if self.walinspect {
+            // pg_walinspect reads flushed WAL only.
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(3) {
+                let flushed: bool =
+                    sqlx::query_scalar("SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn")
+                        .bind(to)
+                        .fetch_one(&self.pool)
+                        .await
+                        .expect("pg_current_wal_flush_lsn");
+                if flushed {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let ours = sqlx::query_scalar(
+                "WITH r AS MATERIALIZED ( \
+                     SELECT xid::text::bigint AS x, record_length, block_ref LIKE $3 AS ours \
+                     FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)) \
+                 SELECT coalesce(sum(record_length), 0)::float8 FROM r \
+                 WHERE ours OR (x <> 0 AND x IN (SELECT x FROM r WHERE ours))",
+            )
+            .bind(from)
+            .bind(to)
+            .bind(&self.ours)
+            .fetch_one(&self.pool)
+            .await;
+            let _ = sqlx::query("SELECT pg_replication_slot_advance($1, $2::pg_lsn)")
+                .bind(format!("punctual_bench_{}", std::process::id()))
+                .bind(to)
+                .execute(&self.pool)
+                .await;
+            match ours {
+                Ok(bytes) => return bytes,
+                Err(e) => println!("  warning: pg_walinspect: {e}; counting the server's WAL"),
+            }
+        }
+        sqlx::query_scalar("SELECT pg_wal_lsn_diff($2::pg_lsn, $1::pg_lsn)::float8")
+            .bind(from)
+            .bind(to)
             .fetch_one(&self.pool)
             .await
-            .expect("pg_current_wal_lsn")
+            .expect("pg_wal_lsn_diff")
+    }
+
+    /// Transactions, rows written and WAL bytes per job from `before` to
+    /// `after`.
+    async fn cost(&self, before: &Counters, after: &Counters, n: u64) -> Cost {
+        let wal = self.wal_between(&before.lsn, &after.lsn).await;
+        Cost {
+            xacts: (after.xacts - before.xacts) as f64 / n as f64,
+            rows: (after.rows - before.rows) as f64 / n as f64,
+            wal: wal / n as f64,
+        }
     }
 
     /// Closes `pool` and reads the counters once its connections are gone
@@ -249,7 +374,8 @@ impl Ctl {
         tokio::time::sleep(Duration::from_millis(100)).await;
         self.exec("SELECT pg_stat_force_next_flush()").await;
         let row = sqlx::query(
-            "SELECT xact_commit + xact_rollback, tup_inserted + tup_updated + tup_deleted \
+            "SELECT xact_commit + xact_rollback, tup_inserted + tup_updated + tup_deleted, \
+                 pg_current_wal_lsn()::text \
              FROM pg_stat_database WHERE datname = current_database()",
         )
         .fetch_one(&self.pool)
@@ -258,6 +384,7 @@ impl Ctl {
         Counters {
             xacts: row.get(0),
             rows: row.get(1),
+            lsn: row.get(2),
         }
     }
 }
@@ -268,16 +395,6 @@ struct Cost {
     xacts: f64,
     rows: f64,
     wal: f64,
-}
-
-impl Cost {
-    fn per(before: Counters, after: Counters, wal: f64, n: u64) -> Cost {
-        Cost {
-            xacts: (after.xacts - before.xacts) as f64 / n as f64,
-            rows: (after.rows - before.rows) as f64 / n as f64,
-            wal: wal / n as f64,
-        }
-    }
 }
 
 // ---------------------------------------------------------------- contenders
@@ -441,11 +558,18 @@ async fn reached(what: &str, n: u64, done: impl Fn() -> u64) -> Instant {
     .unwrap_or_else(|_| panic!("{what} stuck at {} of {n}", done()))
 }
 
+fn concurrency() -> usize {
+    std::env::var("PG_BENCH_CONCURRENCY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(CONCURRENCY)
+}
+
 /// A worker of `queue` reporting to `sink`.
 fn spawn_worker(queue: &PgQueue<Payload>, sink: &Arc<Sink>) -> Worker {
     let sink = Arc::clone(sink);
     Worker::builder(queue.clone())
-        .concurrency(CONCURRENCY)
+        .concurrency(concurrency())
         .spawn(move |job| {
             sink.record(job.value());
             async { Ok::<(), Infallible>(()) }
@@ -552,23 +676,49 @@ async fn drain_ours(url: &str, ctl: &Ctl, run: usize) -> Drain {
     drop(queue);
     let before = ctl.settle(Some(loader)).await;
 
-    let pool = new_pool(url).await;
+    let pool = consumer_pool(url).await;
     let queue = open_queue(&pool, &schema).await;
     warm(&pool, 2).await;
     let sink = Sink::new(false);
-    let wal_before = ctl.wal().await;
     let start = Instant::now();
     let worker = spawn_worker(&queue, &sink);
     let end = reached("worker", DRAIN_N, || sink.done.load(Ordering::Relaxed)).await;
-    let wal = ctl.wal().await - wal_before;
     worker_done(worker, DRAIN_N).await;
     assert_empty(&queue).await;
     drop(queue);
     let after = ctl.settle(Some(pool)).await;
+    if consumer_settings()
+        .iter()
+        .any(|(k, _)| k == "track_functions")
+    {
+        functions(ctl, &schema, DRAIN_N).await;
+    }
     ctl.exec(&format!("DROP SCHEMA {schema} CASCADE")).await;
     Drain {
         jobs_per_s: DRAIN_N as f64 / (end - start).as_secs_f64(),
-        cost: Cost::per(before, after, wal, DRAIN_N),
+        cost: ctl.cost(&before, &after, DRAIN_N).await,
+    }
+}
+
+/// Prints where the server's time went by function (`track_functions`).
+async fn functions(ctl: &Ctl, schema: &str, n: u64) {
+    let rows = sqlx::query(
+        "SELECT funcname::text, calls, total_time, self_time FROM pg_stat_user_functions \
+         WHERE schemaname = $1 ORDER BY total_time DESC",
+    )
+    .bind(schema)
+    .fetch_all(&ctl.pool)
+    .await
+    .expect("pg_stat_user_functions");
+    println!("  function: calls, total ms, self ms, total µs/call, total µs/job");
+    for row in rows {
+        let (name, calls, total, own): (String, i64, f64, f64) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        println!(
+            "    {name}: {calls}, {total:.1}, {own:.1}, {:.1}, {:.1}",
+            total * 1e3 / calls.max(1) as f64,
+            total * 1e3 / n as f64
+        );
     }
 }
 
@@ -589,15 +739,13 @@ async fn drain_floor(url: &str, ctl: &Ctl, run: usize) -> Drain {
     .expect("floor bulk insert");
     let before = ctl.settle(Some(loader)).await;
 
-    let pool = new_pool(url).await;
+    let pool = consumer_pool(url).await;
     let floor = Floor { pool, ..floor };
     warm(&floor.pool, CONSUMERS).await;
     let sink = Sink::new(false);
-    let wal_before = ctl.wal().await;
     let start = Instant::now();
     let consumers = floor.spawn_consumers(&sink);
     let end = reached("floor", DRAIN_N, || sink.done.load(Ordering::Relaxed)).await;
-    let wal = ctl.wal().await - wal_before;
     for consumer in consumers {
         consumer.abort();
     }
@@ -606,7 +754,7 @@ async fn drain_floor(url: &str, ctl: &Ctl, run: usize) -> Drain {
     ctl.exec(&format!("DROP TABLE {}", floor.table)).await;
     Drain {
         jobs_per_s: DRAIN_N as f64 / (end - start).as_secs_f64(),
-        cost: Cost::per(before, after, wal, DRAIN_N),
+        cost: ctl.cost(&before, &after, DRAIN_N).await,
     }
 }
 
@@ -643,17 +791,28 @@ fn lateness_of(mut pairs: Vec<(i64, i64)>, inserted_at: i64) -> Lateness {
     }
 }
 
-fn late_lead_ms() -> u64 {
-    std::env::var("PG_BENCH_LATE_LEAD_MS")
+/// The time before the first deadline of the lateness run: long enough
+/// for the inserts to end before the last deadlines, judged by how long
+/// `probe` took for `LATE_PROBE` entries (unless `PG_BENCH_LATE_LEAD_MS`
+/// says).
+fn late_lead(probe: Duration) -> Duration {
+    if let Some(ms) = std::env::var("PG_BENCH_LATE_LEAD_MS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(LATE_LEAD_MS)
+    {
+        return Duration::from_millis(ms);
+    }
+    let inserts = probe.mul_f64(LATE_N as f64 / LATE_PROBE as f64);
+    inserts
+        .mul_f64(1.25)
+        .saturating_sub(Duration::from_millis(LATE_SPREAD_MS / 2))
+        .max(Duration::from_millis(LATE_LEAD_MS))
 }
 
 /// The entries of the lateness run, in due order.
-fn late_payloads(run: usize) -> Vec<Payload> {
+fn late_payloads(run: usize, lead: Duration) -> Vec<Payload> {
     let mut rng = Rng(0x1A7E_0000 + run as u64);
-    let base = unix_us() + late_lead_ms() as i64 * 1000;
+    let base = unix_us() + lead.as_micros() as i64;
     let mut dues: Vec<i64> = (0..LATE_N)
         .map(|_| base + rng.below(LATE_SPREAD_MS * 1000) as i64)
         .collect();
@@ -672,11 +831,24 @@ async fn lateness_ours(url: &str, ctl: &Ctl, run: usize) -> Lateness {
     let pool = new_pool(url).await;
     let queue = open_queue(&pool, &schema).await;
     warm(&pool, PRODUCERS + 2).await;
+    let producer = queue.clone();
+    let probe = from_tasks(
+        deal(due_later(LATE_PROBE, run as u64), PRODUCERS),
+        move |(p, delay): (Payload, Duration)| {
+            let queue = producer.clone();
+            async move {
+                queue.insert(&p, delay).await.expect("insert");
+            }
+        },
+    )
+    .await;
+    queue.purge().await.expect("purge");
     let sink = Sink::new(true);
     let worker = spawn_worker(&queue, &sink);
     tokio::time::sleep(Duration::from_millis(200)).await; // listening
     let producer = queue.clone();
-    from_tasks(deal(late_payloads(run), PRODUCERS), move |p: Payload| {
+    let late = late_payloads(run, late_lead(probe));
+    from_tasks(deal(late, PRODUCERS), move |p: Payload| {
         let queue = producer.clone();
         async move {
             let at = UNIX_EPOCH + Duration::from_micros(p.due_us as u64);
@@ -698,11 +870,24 @@ async fn lateness_floor(url: &str, ctl: &Ctl, run: usize) -> Lateness {
     let pool = new_pool(url).await;
     let floor = Floor::create(ctl, &pool, &format!("late_floor_{run}")).await;
     warm(&pool, PRODUCERS + CONSUMERS).await;
+    let producer = floor.clone();
+    let probe = from_tasks(
+        deal(due_later(LATE_PROBE, run as u64), PRODUCERS),
+        move |(p, delay): (Payload, Duration)| {
+            let floor = producer.clone();
+            async move {
+                floor.insert(&p, delay).await;
+            }
+        },
+    )
+    .await;
+    ctl.exec(&format!("TRUNCATE {}", floor.table)).await;
     let sink = Sink::new(true);
     let consumers = floor.spawn_consumers(&sink);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let producer = floor.clone();
-    from_tasks(deal(late_payloads(run), PRODUCERS), move |p: Payload| {
+    let late = late_payloads(run, late_lead(probe));
+    from_tasks(deal(late, PRODUCERS), move |p: Payload| {
         let floor = producer.clone();
         async move {
             floor.insert_at(&p).await;
@@ -739,13 +924,11 @@ async fn inserts_ours(url: &str, ctl: &Ctl, run: usize) -> Inserts {
     let pool = new_pool(url).await;
     let queue = open_queue(&pool, &schema).await;
     let entries = due_later(SEQ_N, 0x5E0_0000 + run as u64);
-    let wal_before = ctl.wal().await;
     let start = Instant::now();
     for (payload, delay) in &entries {
         queue.insert(payload, *delay).await.expect("insert");
     }
     let seq = start.elapsed();
-    let wal = ctl.wal().await - wal_before;
     drop(queue);
     let after = ctl.settle(Some(pool)).await;
 
@@ -787,7 +970,7 @@ async fn inserts_ours(url: &str, ctl: &Ctl, run: usize) -> Inserts {
     ctl.exec(&format!("DROP SCHEMA {schema} CASCADE")).await;
     Inserts {
         seq_per_s: SEQ_N as f64 / seq.as_secs_f64(),
-        seq_cost: Cost::per(before, after, wal, SEQ_N),
+        seq_cost: ctl.cost(&before, &after, SEQ_N).await,
         conc_per_s: CONC_N as f64 / conc.as_secs_f64(),
         chunked_per_s: BULK_N as f64 / chunked.as_secs_f64(),
     }
@@ -800,13 +983,11 @@ async fn inserts_floor(url: &str, ctl: &Ctl, run: usize) -> Inserts {
     let pool = new_pool(url).await;
     let floor = Floor { pool, ..floor };
     let entries = due_later(SEQ_N, 0x5E0_0000 + run as u64);
-    let wal_before = ctl.wal().await;
     let start = Instant::now();
     for (payload, delay) in &entries {
         floor.insert(payload, *delay).await;
     }
     let seq = start.elapsed();
-    let wal = ctl.wal().await - wal_before;
     let after = ctl.settle(Some(floor.pool.clone())).await;
 
     let pool = new_pool(url).await;
@@ -844,7 +1025,7 @@ async fn inserts_floor(url: &str, ctl: &Ctl, run: usize) -> Inserts {
     ctl.exec(&format!("DROP TABLE {table}")).await;
     Inserts {
         seq_per_s: SEQ_N as f64 / seq.as_secs_f64(),
-        seq_cost: Cost::per(before, after, wal, SEQ_N),
+        seq_cost: ctl.cost(&before, &after, SEQ_N).await,
         conc_per_s: CONC_N as f64 / conc.as_secs_f64(),
         chunked_per_s: BULK_N as f64 / chunked.as_secs_f64(),
     }
@@ -1021,14 +1202,7 @@ async fn bench(url: &str) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_RUNS);
-    let ctl = Ctl {
-        pool: PgPoolOptions::new()
-            .max_connections(1)
-            .test_before_acquire(false)
-            .connect(url)
-            .await
-            .expect("control connection"),
-    };
+    let ctl = Ctl::connect(url).await;
     let version: String = sqlx::query_scalar("SHOW server_version")
         .fetch_one(&ctl.pool)
         .await
@@ -1044,10 +1218,15 @@ async fn bench(url: &str) {
          tokio multi-thread runtime; pools of {POOL_SIZE}; R = {runs} runs per workload",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
+    let settings = consumer_settings();
+    if !settings.is_empty() {
+        println!("drain consumers (both sides) with {settings:?}");
+    }
 
     let mut jobs = Pair::new(
         &format!(
-            "jobs/s, {DRAIN_N} due (Worker concurrency {CONCURRENCY} / {CONSUMERS} consumers)"
+            "jobs/s, {DRAIN_N} due (Worker concurrency {} / {CONSUMERS} consumers)",
+            concurrency()
         ),
         0,
         Some(Bar::RatioAtLeast(1.5)),
@@ -1173,8 +1352,13 @@ async fn bench(url: &str) {
         );
     }
     println!(
-        "\nWAL bytes are the whole server's (other sessions writing meanwhile add to them); \
-         transactions and rows are this database's, from pg_stat_database."
+        "\nTransactions and rows written are this database's, from pg_stat_database; WAL bytes {}.",
+        if ctl.walinspect {
+            "are the records of this database's relations and transactions, read back with \
+             pg_walinspect"
+        } else {
+            "are the whole server's (other sessions writing meanwhile add to them)"
+        }
     );
     ctl.pool.close().await;
     println!(
