@@ -29,27 +29,37 @@
 //!    floor consumers. Also transactions, rows written (`tup_inserted +
 //!    tup_updated + tup_deleted`) and WAL bytes per job over the drain, from
 //!    `pg_stat_database` (the run's connections are closed and gone before
-//!    it is read, so their lazily flushed counts are in) and
-//!    `pg_current_wal_lsn()` (WAL is the whole server's: other sessions
-//!    writing meanwhile add to it).
-//! 2. lateness: 20,000 entries due uniformly over 2 s, the first one
-//!    `PG_BENCH_LATE_LEAD_MS` (default 1,000) after the start, inserted one
-//!    by one (`insert_at`, in due order) by 8 producers at full speed while
-//!    the worker (resp. the 8 consumers) runs. Lateness is the wall clock
+//!    it is read, so their lazily flushed counts are in) and the WAL
+//!    between the two readings, read back with `pg_walinspect`: the records
+//!    of this database's relations and of its transactions (a temporary
+//!    replication slot keeps the WAL until it is read; without the
+//!    extension, the whole server's WAL, which other sessions add to).
+//! 2. lateness: 20,000 entries due uniformly over 2 s, inserted one by one
+//!    (`insert_at`, in due order) by 8 producers at full speed while the
+//!    worker (resp. the 8 consumers) runs. The first deadline comes after a
+//!    lead long enough for the inserts to end before the last deadlines
+//!    (1.25 times the time 8 producers took for 1,000 inserts just before,
+//!    scaled to 20,000, less 1 s; at least 1 s; or `PG_BENCH_LATE_LEAD_MS`):
+//!    on a server that inserts slower than 10,000 per second, the inserts
+//!    end before the first deadline. Lateness is the wall clock
 //!    when the handler starts (the floor: when its delete returned) minus
 //!    the due time the producer computed; server and bench share the clock.
 //!    The percentiles are over the entries due after the last insert
 //!    returned (the earlier ones wait on the inserts as much as on the
 //!    queue); the row below them says how many those were.
-//! 3. insert: one per call, 5,000 from one task and 20,000 from 8 producers,
+//! 3. insert: one per call, 2,000 from one task and 10,000 from 8 producers,
 //!    `insert` against the floor's `INSERT`, both due 1 to 11 minutes out;
 //!    transactions, rows and WAL bytes per insert over the first; then
-//!    100,000 entries in chunks of 256 from 8 producers, `insert_many`
+//!    50,000 entries in chunks of 256 from 8 producers, `insert_many`
 //!    against a multi-row `INSERT … SELECT FROM unnest(…)`.
 //!
 //! `cargo bench --features postgres --bench postgres` prints progress and a
 //! markdown table. `PG_BENCH_ONLY=drain` (or `lateness`, `insert`, or a
-//! comma-separated list) runs those workloads alone.
+//! comma-separated list) runs those workloads alone. For profiling the
+//! drain: `PG_BENCH_CONCURRENCY=16` changes the worker's concurrency;
+//! `PG_BENCH_CONSUMER_SET=synchronous_commit=off,track_functions=pl` sets
+//! those on the drain consumers' sessions (both sides), and with
+//! `track_functions` prints the server time of the queue's functions.
 
 #[allow(dead_code)] // the tests use the rest of it
 #[path = "../tests/common/pg.rs"]
