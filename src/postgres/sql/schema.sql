@@ -68,21 +68,25 @@ LANGUAGE sql VOLATILE AS $$
 $$;
 
 -- When the queue's head is due (a lease end while leased), or NULL.
+-- (PL/pgSQL rather than SQL: its plan is cached per session; a SQL
+-- function with ORDER BY is not inlined and would plan on every call.)
 CREATE OR REPLACE FUNCTION __SCHEMA__.head(p_queue text) RETURNS bigint
-LANGUAGE sql STABLE AS $$
-    SELECT run_at FROM __SCHEMA__.entries
-    WHERE queue = p_queue AND run_at IS NOT NULL
-    ORDER BY run_at, seq LIMIT 1
-$$;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT e.run_at FROM __SCHEMA__.entries e
+            WHERE e.queue = p_queue AND e.run_at IS NOT NULL
+            ORDER BY e.run_at, e.seq LIMIT 1);
+END $$;
 
 -- When the queue's first entry after `p_now` is due (a lease end while
 -- leased), or NULL.
 CREATE OR REPLACE FUNCTION __SCHEMA__.next_after(p_queue text, p_now bigint) RETURNS bigint
-LANGUAGE sql STABLE AS $$
-    SELECT run_at FROM __SCHEMA__.entries
-    WHERE queue = p_queue AND run_at > p_now
-    ORDER BY run_at, seq LIMIT 1
-$$;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT e.run_at FROM __SCHEMA__.entries e
+            WHERE e.queue = p_queue AND e.run_at > p_now
+            ORDER BY e.run_at, e.seq LIMIT 1);
+END $$;
 
 -- Tells waiting consumers (LISTEN on `p_channel`) that an entry is due at
 -- `p_at`, if that is before the old head: only a new head can wake one
