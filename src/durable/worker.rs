@@ -124,7 +124,7 @@ impl Counters {
 
 impl Worker {
     /// A builder of a worker for `queue` (any durable queue: a
-    /// [`RedisQueue`](crate::redis::RedisQueue) clone, for instance).
+    /// `RedisQueue` or `PgQueue` clone, for instance).
     pub fn builder<Q: Durable>(queue: Q) -> WorkerBuilder<Q> {
         WorkerBuilder {
             queue,

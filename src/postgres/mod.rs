@@ -3,7 +3,7 @@
 //! give: an insert inside the caller's own transaction.
 //!
 //! [`PgQueue<T>`] has every method of
-//! [`RedisQueue<T>`](crate::redis::RedisQueue) with the same semantics
+//! `punctual::redis::RedisQueue<T>` with the same semantics
 //! (ids, FIFO on equal deadlines, leases with recoverable claims, dead
 //! letters, stats, purge, `insert_many`, schedules, the durable
 //! [`Worker`](crate::durable::Worker)), the database's clock
