@@ -135,6 +135,43 @@ fn durable_types_are_send_and_sync() {
     let _ = futures_are_send;
 }
 
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_types_are_send_and_sync() {
+    use punctual::durable::{Worker, WorkerBuilder};
+    use punctual::postgres::{DeadLetter, Delivery, Error, PgQueue, PgQueueBuilder, PgStats};
+    fn types_send_sync<T: Send + Sync>() {}
+    types_send_sync::<PgQueue<String>>();
+    types_send_sync::<PgQueueBuilder<String>>();
+    types_send_sync::<Delivery<String>>();
+    types_send_sync::<DeadLetter<String>>();
+    types_send_sync::<PgStats>();
+    types_send_sync::<Error>();
+    types_send_sync::<WorkerBuilder<PgQueue<String>>>();
+    is_debug::<PgQueue<Rc<()>>>();
+    is_debug::<PgQueueBuilder<Rc<()>>>();
+    is_debug::<Delivery<String>>();
+    is_debug::<Error>();
+    is_debug::<WorkerBuilder<PgQueue<Rc<()>>>>();
+
+    async fn futures_are_send(q: PgQueue<String>, tx: &mut punctual::postgres::sqlx::PgConnection) {
+        send(&q.insert(&String::new(), std::time::Duration::ZERO));
+        send(&q.take());
+        send(&q.take_timeout(std::time::Duration::ZERO));
+        send(&q.try_take());
+        send(&q.take_many(2));
+        send(&q.stream());
+        send(&q.stats());
+        send(&q.insert_many(&[]));
+        send(&q.schedules());
+        send(&q.insert_in(tx, &String::new(), std::time::Duration::ZERO));
+        let delivery = q.take().await.unwrap();
+        send(&delivery.ack());
+        let _ = Worker::builder(q);
+    }
+    let _ = futures_are_send;
+}
+
 fn unwind_safe<T: std::panic::UnwindSafe + std::panic::RefUnwindSafe>(_: &T) {}
 
 /// A queue and a scheduler can be used across `catch_unwind`, as with the
