@@ -38,3 +38,4 @@ pub mod proxy;
 #[cfg(feature = "redis")]
 pub mod redis_queue;
 pub mod redis_server;
+pub mod tls;
