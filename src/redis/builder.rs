@@ -274,10 +274,27 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueueBuilder<
             self.max_attempts,
             self.poll_interval,
         );
-        inner.check().await?;
+        inner.check().await.map_err(|e| name_the_keys(e, &inner))?;
         inner.check_rights().await?;
         check_channel(&inner).await?;
         Ok(RedisQueue::from_inner(inner))
+    }
+}
+
+/// A key permission error names the keys: the server's does not.
+fn name_the_keys(error: Error, inner: &Inner) -> Error {
+    match error {
+        Error::Redis(e) if e.code() == Some("NOPERM") && e.to_string().contains("keys") => {
+            Error::Redis(redis::RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm),
+                "this redis user may not access the queue's keys",
+                format!(
+                    "grant ~punctual:{{{}}}:* (the server said: {e})",
+                    inner.name
+                ),
+            )))
+        }
+        other => other,
     }
 }
 

@@ -35,6 +35,7 @@ impl Drop for Bomb {
 
 pub mod ledger;
 pub mod proxy;
+pub mod redis_cluster;
 #[cfg(feature = "redis")]
 pub mod redis_queue;
 pub mod redis_server;
