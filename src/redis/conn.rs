@@ -45,7 +45,21 @@ pub(crate) struct Conn {
 enum Link {
     Single(Single),
     #[cfg(feature = "redis-cluster")]
-    Cluster(redis::cluster_async::ClusterConnection),
+    Cluster(Cluster),
+}
+
+/// A cluster connection, replaced by a new one (with a fresh slot map)
+/// when a node answers `READONLY`: redis-rs sends `READONLY` on every node
+/// connection, so after a failover the demoted primary serves a script
+/// (not flagged as a write) itself and fails it, instead of redirecting,
+/// and redis-rs does not refresh its slots on that error.
+#[cfg(feature = "redis-cluster")]
+struct Cluster {
+    client: redis::cluster::ClusterClient,
+    current: Lock<(u64, redis::cluster_async::ClusterConnection)>,
+    /// Held by the one caller that replaces the connection; when the last
+    /// replacement may be followed by another.
+    replacing: tokio::sync::Mutex<Option<Instant>>,
 }
 
 struct Single {
@@ -146,21 +160,39 @@ impl Conn {
             .connection_timeout(response_timeout)
             .response_timeout(response_timeout)
             .build()?;
-        let connected = tokio::time::timeout(response_timeout, client.get_async_connection()).await;
-        let conn = match connected {
-            Ok(conn) => conn?,
-            Err(_) => {
-                return Err(Error::Redis(RedisError::from(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("no connection to the redis cluster within {response_timeout:?}"),
-                ))));
-            }
-        };
+        let conn = cluster_connect(&client, response_timeout).await?;
         Ok(Conn {
-            link: Link::Cluster(conn),
+            link: Link::Cluster(Cluster {
+                client,
+                current: Lock::new((1, conn)),
+                replacing: tokio::sync::Mutex::new(None),
+            }),
             response_timeout,
             pubsub,
         })
+    }
+
+    /// Replaces cluster connection `number` by a new one, unless that was
+    /// done already; at most once per 200 ms.
+    #[cfg(feature = "redis-cluster")]
+    async fn replace_cluster(&self, cluster: &Cluster, number: u64) {
+        let mut replacing = cluster.replacing.lock().await;
+        if cluster.current.lock().0 != number {
+            return;
+        }
+        if let Some(not_before) = *replacing {
+            tokio::time::sleep_until(not_before).await;
+        }
+        *replacing = Some(Instant::now() + Duration::from_millis(200));
+        match cluster_connect(&cluster.client, self.response_timeout).await {
+            Ok(conn) => {
+                *cluster.current.lock() = (number + 1, conn);
+                tracing::debug!(number, "redis cluster connection replaced");
+            }
+            Err(error) => {
+                tracing::debug!(%error, "redis cluster connection not replaced");
+            }
+        }
     }
 
     /// Whether this is a cluster connection.
@@ -220,11 +252,11 @@ impl Conn {
                 self.settle(number, reply.await)
             }
             #[cfg(feature = "redis-cluster")]
-            Link::Cluster(conn) => {
-                let mut conn = conn.clone();
+            Link::Cluster(cluster) => {
+                let (number, mut conn) = cluster.current.lock().clone();
                 let reply =
                     tokio::time::timeout(self.response_timeout, invocation.invoke_async(&mut conn));
-                self.settle_cluster(reply.await)
+                self.settle_cluster(cluster, number, reply.await).await
             }
         }
     }
@@ -245,23 +277,32 @@ impl Conn {
                 self.settle(number, reply.await)
             }
             #[cfg(feature = "redis-cluster")]
-            Link::Cluster(conn) => {
-                let mut conn = conn.clone();
+            Link::Cluster(cluster) => {
+                let (number, mut conn) = cluster.current.lock().clone();
                 let reply = tokio::time::timeout(self.response_timeout, send(&mut conn, cmd));
-                self.settle_cluster(reply.await)
+                self.settle_cluster(cluster, number, reply.await).await
             }
         }
     }
 
     /// A cluster's reply: the cluster connection replaces broken node
-    /// connections and follows redirects itself.
+    /// connections and follows redirects itself; a demoted node's
+    /// `READONLY` replaces the whole connection (see [`Cluster`]).
     #[cfg(feature = "redis-cluster")]
-    fn settle_cluster<R>(
+    async fn settle_cluster<R>(
         &self,
+        cluster: &Cluster,
+        number: u64,
         reply: Result<Result<R, RedisError>, tokio::time::error::Elapsed>,
     ) -> Result<R, Error> {
         match reply {
-            Ok(reply) => reply.map_err(Error::Redis),
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => {
+                if matches!(error.code(), Some("READONLY" | "MASTERDOWN")) {
+                    self.replace_cluster(cluster, number).await;
+                }
+                Err(Error::Redis(error))
+            }
             Err(_) => Err(Error::Redis(timed_out(self.response_timeout))),
         }
     }
@@ -369,6 +410,21 @@ impl Conn {
         reconnect.not_before = Some(Instant::now() + reconnect.backoff.next());
         reconnect.last_failure = failure.to_string();
         Err(Error::Redis(failure))
+    }
+}
+
+/// A new cluster connection (it reads the slot map from the seed nodes).
+#[cfg(feature = "redis-cluster")]
+async fn cluster_connect(
+    client: &redis::cluster::ClusterClient,
+    response_timeout: Duration,
+) -> Result<redis::cluster_async::ClusterConnection, Error> {
+    match tokio::time::timeout(response_timeout, client.get_async_connection()).await {
+        Ok(conn) => Ok(conn?),
+        Err(_) => Err(Error::Redis(RedisError::from(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no connection to the redis cluster within {response_timeout:?}"),
+        )))),
     }
 }
 

@@ -18,6 +18,8 @@ pub struct Node {
     pub id: String,
     pub port: u16,
     pub master: bool,
+    /// The primary's id, for a replica.
+    pub replica_of: Option<String>,
     /// The slot ranges it serves (a primary's).
     pub slots: Vec<(u16, u16)>,
 }
@@ -174,6 +176,7 @@ pub fn parse_nodes(text: &str) -> Vec<Node> {
                 id: fields[0].to_owned(),
                 port,
                 master: fields[2].split(',').any(|f| f == "master") && !fields[2].contains("fail"),
+                replica_of: (fields[3] != "-").then(|| fields[3].to_owned()),
                 slots,
             })
         })
