@@ -20,6 +20,13 @@
 //! cargo run --features redis,cron --example durable_jobs
 //! ```
 //!
+//! On a managed Redis, with TLS and an ACL user:
+//!
+//! ```text
+//! REDIS_URL='rediss://user:password@host:6380/' \
+//!     cargo run --features redis-tls,cron --example durable_jobs
+//! ```
+//!
 //! It uses a queue named after its process id and purges it at the end. The
 //! run takes about ten seconds and ends with a timeline and a summary; it
 //! exits with an error if a tick ran twice or not at all.

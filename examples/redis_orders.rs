@@ -19,6 +19,14 @@
 //! cargo run --features redis --example redis_orders
 //! ```
 //!
+//! On a managed Redis, with TLS and an ACL user (the rules a user needs are
+//! in the `punctual::redis` docs):
+//!
+//! ```text
+//! REDIS_URL='rediss://user:password@host:6380/' \
+//!     cargo run --features redis-tls --example redis_orders
+//! ```
+//!
 //! It uses a queue named after its process id and purges it at the end, so
 //! it never touches other data. The run takes about three seconds.
 
