@@ -42,7 +42,7 @@ pub struct RedisQueueBuilder<T> {
 
 enum Source {
     Url(String),
-    Client(redis::Client),
+    Client(Box<redis::Client>),
     #[cfg(feature = "redis-cluster")]
     Cluster(Vec<String>),
 }
@@ -111,7 +111,7 @@ impl<T> RedisQueueBuilder<T> {
     /// A client built by hand, instead of a URL: a private CA or a client
     /// certificate (`Client::build_with_tls`), other connection settings.
     pub fn client(mut self, client: redis::Client) -> Self {
-        self.source = Source::Client(client);
+        self.source = Source::Client(Box::new(client));
         self
     }
 
@@ -244,7 +244,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueueBuilder<
                 check_scheme(&url)?;
                 Conn::connect(redis::Client::open(url.as_str())?, self.response_timeout).await?
             }
-            Source::Client(client) => Conn::connect(client, self.response_timeout).await?,
+            Source::Client(client) => Conn::connect(*client, self.response_timeout).await?,
             #[cfg(feature = "redis-cluster")]
             Source::Cluster(urls) => {
                 let mut seeds = Vec::with_capacity(urls.len());
