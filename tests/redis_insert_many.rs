@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::redis_queue::{HOUR, WAIT, assert_between, ms, next, open, wall, within};
+use common::redis_queue::{HOUR, WAIT, assert_between, builder, ms, next, open, wall, within};
 use common::redis_server::{RedisServer, Reply};
 use punctual::redis::{Error, RedisQueue, RedisStats};
 use serde::{Deserialize, Serialize, Serializer};
@@ -159,7 +159,14 @@ async fn an_empty_slice_is_ok_and_writes_nothing() {
 async fn ten_thousand_entries_in_one_call_all_arrive_in_order() {
     const N: u64 = 10_000;
     let server = RedisServer::start();
-    let q: RedisQueue<u64> = open(&server, "big").await;
+    // A lease longer than the whole test: taking 10,000 entries in a
+    // debug build on a loaded machine can take longer than the helpers'
+    // 300 ms, and an expired lease would deliver its entries again.
+    let q: RedisQueue<u64> = builder(&server, "big")
+        .lease(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
     let entries: Vec<(u64, Duration)> = (0..N).map(|i| (i, Duration::ZERO)).collect();
     let ids = within("insert_many", q.insert_many(&entries))
         .await
