@@ -24,12 +24,64 @@ use tokio::time::Instant;
 const N: u64 = 10_000;
 const QUEUES: usize = 3;
 const CONCURRENCY: usize = 8;
-const RUNS: usize = 3;
+const RUNS: usize = 5;
 
 struct Run {
     jobs_per_s: f64,
     cpu_us_per_job: f64,
     server_cpu_us_per_job: f64,
+    /// Time inside commands (commandstats): wall time, so a server
+    /// preempted mid-command on a shared core counts the wait too.
+    command_us_per_job: f64,
+    commands_per_job: f64,
+}
+
+async fn info(url: &str, section: &str) -> String {
+    let client = rc::Client::open(url).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("info connection");
+    rc::cmd("INFO")
+        .arg(section)
+        .query_async(&mut conn)
+        .await
+        .expect("INFO")
+}
+
+async fn reset_stats(urls: &[String]) {
+    for url in urls {
+        let client = rc::Client::open(url.as_str()).expect("url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connection");
+        let _: () = rc::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut conn)
+            .await
+            .expect("CONFIG RESETSTAT");
+    }
+}
+
+/// Calls and µs inside commands, summed over the servers at `urls`.
+async fn commands(urls: &[String]) -> (f64, f64) {
+    let (mut calls, mut usec) = (0.0, 0.0);
+    for url in urls {
+        for line in info(url, "commandstats").await.lines() {
+            let Some((_, stats)) = line.split_once(':') else {
+                continue;
+            };
+            for field in stats.split(',') {
+                match field.split_once('=') {
+                    Some(("calls", n)) => calls += n.parse::<f64>().unwrap_or(0.0),
+                    Some(("usec", n)) => usec += n.parse::<f64>().unwrap_or(0.0),
+                    _ => {}
+                }
+            }
+        }
+    }
+    (calls, usec)
 }
 
 /// User + system CPU seconds of the servers at `urls`.
@@ -70,6 +122,7 @@ async fn drain(queues: Vec<RedisQueue<u64>>, servers: &[String]) -> Run {
         }
     }
     let total = N * queues.len() as u64;
+    reset_stats(servers).await;
     let server_before = servers_cpu(servers).await;
     let client_before = client_cpu();
     let start = Instant::now();
@@ -91,6 +144,7 @@ async fn drain(queues: Vec<RedisQueue<u64>>, servers: &[String]) -> Run {
     let took = start.elapsed();
     let client_after = client_cpu();
     let server_cpu = servers_cpu(servers).await - server_before;
+    let (calls, usec) = commands(servers).await;
     for worker in workers {
         let stats = worker.shutdown(Duration::from_secs(1)).await;
         assert_eq!(stats.failed + stats.lost, 0, "{stats:?}");
@@ -106,6 +160,8 @@ async fn drain(queues: Vec<RedisQueue<u64>>, servers: &[String]) -> Run {
         jobs_per_s: total as f64 / took.as_secs_f64(),
         cpu_us_per_job: (client + server_cpu) * 1e6 / total as f64,
         server_cpu_us_per_job: server_cpu * 1e6 / total as f64,
+        command_us_per_job: usec / total as f64,
+        commands_per_job: calls / total as f64,
     }
 }
 
@@ -179,6 +235,12 @@ pub(crate) async fn bench(single_url: &str) {
             |r: &Run| r.server_cpu_us_per_job,
             1,
         ),
+        (
+            "µs/job inside commands (commandstats; wall time, so preemption counts)",
+            |r: &Run| r.command_us_per_job,
+            1,
+        ),
+        ("server commands/job", |r: &Run| r.commands_per_job, 2),
     ] {
         let (s, c) = (med(&single, f), med(&clustered, f));
         println!(
