@@ -139,6 +139,38 @@ async fn queues_spread_over_the_masters_and_work_through_a_seed_elsewhere() {
     for q in &queues {
         assert_eq!(q.stats().await.unwrap(), RedisStats::default());
     }
+
+    // An ACL user on every node, with the documented rules: `cluster|slots`
+    // is what a cluster adds, and `build()` names it when it is missing.
+    let rules = "~punctual:* &punctual:* -@all +evalsha +script|load +time +type +del +get \
+                 +set +incr +hset +hget +hmget +hdel +hexists +hgetall +zadd +zrem +zrange \
+                 +zrangebyscore +zscore +zcard +zcount +publish +subscribe +ping +info";
+    for node in &cluster.nodes {
+        for (user, extra) in [("full", "+cluster|slots"), ("noslots", "")] {
+            let mut args = vec!["ACL", "SETUSER", user, "reset", "on", ">pw"];
+            args.extend(rules.split_whitespace());
+            if !extra.is_empty() {
+                args.push(extra);
+            }
+            assert_eq!(node.cli(&args), "OK");
+        }
+    }
+    let port = cluster.nodes[0].port();
+    let user_seed = format!("redis://full:pw@127.0.0.1:{port}/");
+    let q = open(&[user_seed.as_str()], &names[2], Duration::from_secs(10)).await;
+    q.insert_with_id("as-user", &1, Duration::ZERO)
+        .await
+        .unwrap();
+    let d = next(&q).await;
+    assert_eq!(d.id(), "as-user");
+    assert!(d.ack().await.unwrap());
+    let no_slots = format!("redis://noslots:pw@127.0.0.1:{port}/");
+    let err = RedisQueue::<u64>::builder(&names[2])
+        .cluster(&[no_slots.as_str()])
+        .build()
+        .await
+        .expect_err("a user without cluster|slots");
+    assert!(err.to_string().contains("cluster|slots"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
