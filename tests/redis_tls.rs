@@ -20,7 +20,19 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 static PKI: LazyLock<Pki> = LazyLock::new(|| {
-    let dir = std::env::temp_dir().join(format!("punctual-tls-{}", std::process::id()));
+    // Nothing removes this directory when the process ends (statics are
+    // not dropped), so each run removes those of runs that have ended.
+    let tmp = std::env::temp_dir();
+    for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let ended = name
+            .strip_prefix("punctual-tls-")
+            .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
+        if ended {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let dir = tmp.join(format!("punctual-tls-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let pki = Pki::new(&dir);
     pki.server_cert("localhost", "DNS:localhost,IP:127.0.0.1", "trusted-ca");
