@@ -81,7 +81,8 @@ async fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(error) => {
-            eprintln!("redis error: {error} (is a redis-server running at {url}?)");
+            let host = url.rfind('@').map_or(url.as_str(), |at| &url[at + 1..]);
+            eprintln!("redis error: {error} (is a redis-server running at {host}?)");
             ExitCode::FAILURE
         }
     }

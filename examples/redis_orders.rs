@@ -135,7 +135,10 @@ async fn main() -> ExitCode {
     };
     clock.log(
         "shop",
-        format!("opens: queue `{name}` on {url}, lease {LEASE:?}, workers A and B"),
+        format!(
+            "opens: queue `{name}` on {}, lease {LEASE:?}, workers A and B",
+            without_password(&url)
+        ),
     );
 
     let ledger = Arc::new(Mutex::new(Ledger::default()));
@@ -385,7 +388,22 @@ async fn ping(url: &str) -> Result<(), String> {
     }
 }
 
+/// `url` with its password (if any) replaced by `***`, for printing.
+fn without_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if scheme < at => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
 fn no_server(url: &str, why: &str) -> ExitCode {
+    let url = &without_password(url);
     eprintln!(
         "this example needs a running redis-server at {url}: start one with `redis-server` \
          or set REDIS_URL ({why})"
