@@ -30,11 +30,23 @@
 //!    insert, inserts/s in chunks of 256, server commands per job by
 //!    command (see `redis/worker.rs`).
 //!
+//! 10. with the feature `redis-cluster`: the worker on a 3-primary cluster
+//!     with one queue per primary against one server with three queues
+//!     (see `redis/cluster.rs`).
+//!
 //! `cargo bench --all-features --bench redis` prints progress and two
-//! markdown tables. `REDIS_BENCH_ONLY=worker` runs workloads 6 to 9 alone.
+//! markdown tables. `REDIS_BENCH_ONLY=worker` runs workloads 6 to 9 alone,
+//! `REDIS_BENCH_ONLY=cluster` workload 10.
 //! `REDIS_BENCH_SCALING=1` adds a drain run with 1, 8, 32
 //! and 64 consumers.
 
+#[cfg(feature = "redis-cluster")]
+#[path = "redis/cluster.rs"]
+mod cluster;
+#[cfg(feature = "redis-cluster")]
+#[allow(dead_code)] // the tests use the rest of it
+#[path = "../tests/common/redis_cluster.rs"]
+mod redis_cluster;
 #[allow(dead_code)] // the tests use the rest of it
 #[path = "../tests/common/redis_server.rs"]
 mod redis_server;
@@ -909,6 +921,11 @@ async fn bench(server: &RedisServer) {
         .expect("control connection");
     let proxy = Proxy::start(SocketAddr::from((Ipv4Addr::LOCALHOST, server.port()))).await;
     let url = server.url();
+    #[cfg(feature = "redis-cluster")]
+    if std::env::var("REDIS_BENCH_ONLY").as_deref() == Ok("cluster") {
+        cluster::bench(&url).await;
+        return;
+    }
     if std::env::var("REDIS_BENCH_ONLY").as_deref() == Ok("worker") {
         // Workloads 6 to 9 alone, for a quick look at the worker.
         worker::bench(&url, &mut ctl).await;
@@ -1077,6 +1094,8 @@ async fn bench(server: &RedisServer) {
     }
 
     worker::bench(&url, &mut ctl).await;
+    #[cfg(feature = "redis-cluster")]
+    cluster::bench(&url).await;
 
     if std::env::var_os("REDIS_BENCH_SCALING").is_some() {
         println!("\n## Drain of {DRAIN_N} by consumer count (jobs/s, median of 3)\n");

@@ -20,6 +20,13 @@
 //! cargo run --features redis,cron --example durable_jobs
 //! ```
 //!
+//! On a managed Redis, with TLS and an ACL user:
+//!
+//! ```text
+//! REDIS_URL='rediss://user:password@host:6380/' \
+//!     cargo run --features redis-tls,cron --example durable_jobs
+//! ```
+//!
 //! It uses a queue named after its process id and purges it at the end. The
 //! run takes about ten seconds and ends with a timeline and a summary; it
 //! exits with an error if a tick ran twice or not at all.
@@ -74,7 +81,8 @@ async fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(error) => {
-            eprintln!("redis error: {error} (is a redis-server running at {url}?)");
+            let host = url.rfind('@').map_or(url.as_str(), |at| &url[at + 1..]);
+            eprintln!("redis error: {error} (is a redis-server running at {host}?)");
             ExitCode::FAILURE
         }
     }

@@ -19,6 +19,14 @@
 //! cargo run --features redis --example redis_orders
 //! ```
 //!
+//! On a managed Redis, with TLS and an ACL user (the rules a user needs are
+//! in the `punctual::redis` docs):
+//!
+//! ```text
+//! REDIS_URL='rediss://user:password@host:6380/' \
+//!     cargo run --features redis-tls --example redis_orders
+//! ```
+//!
 //! It uses a queue named after its process id and purges it at the end, so
 //! it never touches other data. The run takes about three seconds.
 
@@ -127,7 +135,10 @@ async fn main() -> ExitCode {
     };
     clock.log(
         "shop",
-        format!("opens: queue `{name}` on {url}, lease {LEASE:?}, workers A and B"),
+        format!(
+            "opens: queue `{name}` on {}, lease {LEASE:?}, workers A and B",
+            without_password(&url)
+        ),
     );
 
     let ledger = Arc::new(Mutex::new(Ledger::default()));
@@ -377,7 +388,22 @@ async fn ping(url: &str) -> Result<(), String> {
     }
 }
 
+/// `url` with its password (if any) replaced by `***`, for printing.
+fn without_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if scheme < at => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
 fn no_server(url: &str, why: &str) -> ExitCode {
+    let url = &without_password(url);
     eprintln!(
         "this example needs a running redis-server at {url}: start one with `redis-server` \
          or set REDIS_URL ({why})"

@@ -42,7 +42,9 @@ pub struct RedisQueueBuilder<T> {
 
 enum Source {
     Url(String),
-    Client(redis::Client),
+    Client(Box<redis::Client>),
+    #[cfg(feature = "redis-cluster")]
+    Cluster(Vec<String>),
 }
 
 impl<T> fmt::Debug for RedisQueueBuilder<T> {
@@ -50,6 +52,8 @@ impl<T> fmt::Debug for RedisQueueBuilder<T> {
         let source: &dyn fmt::Debug = match &self.source {
             Source::Url(url) => url,
             Source::Client(client) => client,
+            #[cfg(feature = "redis-cluster")]
+            Source::Cluster(seeds) => seeds,
         };
         f.debug_struct("RedisQueueBuilder")
             .field("name", &self.name)
@@ -77,15 +81,74 @@ impl<T> RedisQueueBuilder<T> {
 
     /// The server to connect to; default `redis://127.0.0.1:6379/`.
     ///
-    /// A bad URL is reported by [`build`](Self::build).
+    /// `redis://[user[:password]@]host[:port][/db]`; a user name and
+    /// password (percent-encoded) log in as that ACL user on every
+    /// connection the queue opens, pub/sub included. `rediss://` connects
+    /// over TLS (cargo feature `redis-tls`), checking the server's
+    /// certificate against the platform's roots (and a bundle named by
+    /// `SSL_CERT_FILE`) and its name against the URL's host. A bad URL is
+    /// reported by [`build`](Self::build).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use punctual::redis::RedisQueue;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// // A managed Redis: TLS and an ACL user (with the `redis-tls` feature).
+    /// let orders: RedisQueue<u64> = RedisQueue::builder("unpaid-orders")
+    ///     .url("rediss://orders:s3cr%40t@redis.example.com:6380/")
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub fn url(mut self, url: &str) -> Self {
         self.source = Source::Url(url.to_owned());
         self
     }
 
-    /// A client built by hand (TLS, credentials, ...), instead of a URL.
+    /// A client built by hand, instead of a URL: a private CA or a client
+    /// certificate (`Client::build_with_tls`), other connection settings.
     pub fn client(mut self, client: redis::Client) -> Self {
-        self.source = Source::Client(client);
+        self.source = Source::Client(Box::new(client));
+        self
+    }
+
+    /// Connects to a Redis Cluster through any of the `urls` (seed nodes;
+    /// one is enough, more survive one being down), instead of one server
+    /// (cargo feature `redis-cluster`).
+    ///
+    /// The connection follows `MOVED` and `ASK` redirects and topology
+    /// changes (failovers, slot migrations) through redis-rs's async
+    /// cluster client. All keys of a queue share one hash tag, so a queue
+    /// lives in one slot, on one node, with its order and atomic scripts
+    /// unchanged; queues with different names spread over the nodes by
+    /// their slots. Producer calls may return `Err` while a failover or a
+    /// migration of the queue's slot is under way; `take*` and workers
+    /// ride through. Every URL must carry the same user, password and
+    /// scheme (`rediss://` for TLS, feature `redis-tls`); the nodes' own
+    /// addresses, as the cluster announces them, are used after the first
+    /// contact. Announcements use plain pub/sub, which a cluster forwards
+    /// to every node, so consumers subscribe on a seed node. This replaces
+    /// any [`url`](Self::url) or [`client`](Self::client) given before.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use punctual::redis::RedisQueue;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// let orders: RedisQueue<u64> = RedisQueue::builder("unpaid-orders")
+    ///     .cluster(&["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/"])
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "redis-cluster")]
+    pub fn cluster(mut self, urls: &[&str]) -> Self {
+        self.source = Source::Cluster(urls.iter().map(|url| (*url).to_owned()).collect());
         self
     }
 
@@ -161,23 +224,49 @@ impl<T> RedisQueueBuilder<T> {
 }
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueueBuilder<T> {
-    /// Connects and checks the server.
+    /// Connects and checks the server: its version, the types of the
+    /// queue's keys, and the user's rights.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidName`] for a bad queue name, [`Error::Redis`] for a bad
-    /// URL, a server that cannot be reached or a key of the queue that holds
-    /// a foreign type (`WRONGTYPE`), [`Error::Unsupported`] for a server
-    /// older than Redis 6.2.
+    /// [`Error::InvalidName`] for a bad queue name; [`Error::Redis`] for a
+    /// bad URL, a server that cannot be reached, a login refused, a TLS
+    /// certificate that is not trusted or names another host, a user who
+    /// may not run what the queue runs on its keys (`NOPERM`, naming each
+    /// missing command; checked ahead on Redis 7) or a key of the queue
+    /// that holds a foreign type (`WRONGTYPE`); [`Error::Unsupported`] for
+    /// a server older than Redis 6.2, or a `rediss://` URL without the
+    /// cargo feature `redis-tls`.
     pub async fn build(self) -> Result<RedisQueue<T>, Error> {
         check_name(&self.name)?;
-        let client = match self.source {
-            Source::Url(url) => redis::Client::open(url.as_str())?,
-            Source::Client(client) => client,
+        let conn = match self.source {
+            Source::Url(url) => {
+                check_scheme(&url)?;
+                Conn::connect(redis::Client::open(url.as_str())?, self.response_timeout).await?
+            }
+            Source::Client(client) => Conn::connect(*client, self.response_timeout).await?,
+            #[cfg(feature = "redis-cluster")]
+            Source::Cluster(urls) => {
+                let mut seeds = Vec::with_capacity(urls.len());
+                for url in &urls {
+                    check_scheme(url)?;
+                    seeds.push(redis::IntoConnectionInfo::into_connection_info(
+                        url.as_str(),
+                    )?);
+                }
+                Conn::connect_cluster(seeds, self.response_timeout).await?
+            }
         };
-        let conn = Conn::connect(client, self.response_timeout).await?;
-        let info: String = conn.query(redis::cmd("INFO").arg("server")).await?;
-        check_version(&info)?;
+        match conn.server_info().await {
+            Ok(info) => check_version(&info)?,
+            // A user without INFO (it is not among the rights a queue
+            // needs): ACL users mean Redis 6 or later, and the rights
+            // check below names what else is missing.
+            Err(Error::Redis(e)) if e.code() == Some("NOPERM") => {
+                tracing::debug!(error = %e, "this user may not run INFO: the server's version is not checked");
+            }
+            Err(e) => return Err(e),
+        }
         let inner = Inner::new(
             self.name,
             conn,
@@ -185,10 +274,42 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueueBuilder<
             self.max_attempts,
             self.poll_interval,
         );
-        inner.check().await?;
+        inner.check().await.map_err(|e| name_the_keys(e, &inner))?;
+        inner.check_rights().await?;
         check_channel(&inner).await?;
         Ok(RedisQueue::from_inner(inner))
     }
+}
+
+/// A key permission error names the keys: the server's does not.
+fn name_the_keys(error: Error, inner: &Inner) -> Error {
+    match error {
+        Error::Redis(e) if e.code() == Some("NOPERM") && e.to_string().contains("keys") => {
+            Error::Redis(redis::RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm),
+                "this redis user may not access the queue's keys",
+                format!(
+                    "grant ~punctual:{{{}}}:* (the server said: {e})",
+                    inner.name
+                ),
+            )))
+        }
+        other => other,
+    }
+}
+
+/// Fails with a clear error for a TLS URL in a build without TLS.
+fn check_scheme(url: &str) -> Result<(), Error> {
+    let tls = ["rediss://", "valkeys://"].iter().any(|scheme| {
+        url.get(..scheme.len())
+            .is_some_and(|s| s.eq_ignore_ascii_case(scheme))
+    });
+    if tls && !cfg!(feature = "redis-tls") {
+        return Err(Error::Unsupported(
+            "a rediss:// (TLS) url needs the cargo feature `redis-tls`".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Warns (through `tracing`) when the user may not publish or subscribe to
@@ -212,8 +333,19 @@ async fn check_channel(inner: &Inner) -> Result<(), Error> {
     }
     let timeout = inner.conn.response_timeout();
     let subscribed = tokio::time::timeout(timeout, async {
-        let mut pubsub = inner.conn.client().get_async_pubsub().await?;
-        pubsub.subscribe(channel).await
+        let mut last = None;
+        for client in inner.conn.pubsub_clients() {
+            match client.get_async_pubsub().await {
+                Ok(mut pubsub) => return pubsub.subscribe(channel).await,
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "no server to subscribe on",
+            ))
+        }))
     })
     .await;
     match subscribed {

@@ -214,11 +214,24 @@ impl Inner {
         Ok(())
     }
 
+    /// Fails, naming what is missing, if the user may not run what the
+    /// queue runs on its keys (Redis 7; older servers cannot tell).
+    pub(crate) async fn check_rights(&self) -> Result<(), Error> {
+        let mut invocation = self.script(&SCRIPTS.rights);
+        invocation.arg(if self.conn.is_cluster() { "1" } else { "0" });
+        let checked: i64 = self.run(&invocation).await?;
+        if checked == 0 {
+            tracing::debug!(queue = %self.name,
+                "this server cannot check ACL rights ahead (before Redis 7)");
+        }
+        Ok(())
+    }
+
     /// Starts the task that turns announcements into kicks, once per handle.
     pub(crate) fn listen(&self) {
         self.waiter.listen(|kicks, stop| {
             Listener {
-                client: self.conn.client().clone(),
+                clients: self.conn.pubsub_clients().to_vec(),
                 channel: self.keys.channel.clone(),
                 queue: self.name.clone(),
                 response_timeout: self.conn.response_timeout(),

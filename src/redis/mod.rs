@@ -115,12 +115,52 @@
 //! snapshot; with no persistence, everything. A replica promoted after its
 //! primary failed can miss the writes that were not yet replicated to it.
 //!
+//! # TLS and ACL users
+//!
+//! With the cargo feature `redis-tls`, `rediss://` URLs connect over TLS
+//! (rustls; the server's certificate is checked against the platform's
+//! roots, which include a bundle named by `SSL_CERT_FILE`, and its name
+//! against the URL's host). A private CA or a client certificate goes
+//! through a [`client::Client`] built with `Client::build_with_tls` and
+//! passed to [`RedisQueueBuilder::client`]. A user name and password in the
+//! URL (`rediss://user:password@host:port/`, percent-encoded) log in as
+//! that ACL user on every connection the queue opens, pub/sub included.
+//!
+//! The rules a queue named `orders` needs (Redis 7; on 6.2 leave out the
+//! `&` channel rule, channels are open there by default):
+//!
+//! ```text
+//! ACL SETUSER orders-app on >password resetkeys ~punctual:{orders}:* resetchannels &punctual:{orders}:wake -@all +evalsha +script|load +time +type +del +get +set +incr +hset +hget +hmget +hdel +hexists +hgetall +zadd +zrem +zrange +zrangebyscore +zscore +zcard +zcount +publish +subscribe +ping +info
+//! ```
+//!
+//! `~punctual:*` serves every queue. On a cluster add `+cluster|slots`.
+//! `publish`, `subscribe`, `ping` and the channel rule are an optimisation
+//! (without them `build()` warns and waiting consumers find new entries by
+//! polling, every `poll_interval`); `info` only lets `build()` check the
+//! server's version. [`build`](RedisQueueBuilder::build) fails with a
+//! `NOPERM` error naming every missing command (and the key it was checked
+//! on) when the user may not run what the queue runs, or may not touch its
+//! keys; Redis 6.2 cannot check commands ahead, so there a missing command
+//! shows up on the first call that needs it.
+//!
 //! # Redis Cluster
 //!
-//! A queue lives in one hash slot, so it works on a cluster node, but one
-//! queue does not spread over nodes (use several queue names to spread
-//! load). The connection is to one node: redirects (`MOVED`) are not
-//! followed, so point the queue at the node that owns its slot.
+//! With the cargo feature `redis-cluster`,
+//! [`cluster(urls)`](RedisQueueBuilder::cluster) connects through any of
+//! a cluster's nodes with redis-rs's async cluster client, which follows
+//! `MOVED` and `ASK` redirects and topology changes. A queue lives in one
+//! hash slot (its keys share the tag `{name}`), so its order and atomic
+//! scripts are those of a single server, and one queue does not spread
+//! over nodes: use several queue names to spread load; they spread over
+//! the primaries by their slots. Announcements use plain pub/sub, which a
+//! cluster forwards to every node, so a consumer subscribes on a seed node.
+//! During a failover of the queue's primary, or a migration of its slot,
+//! producer calls may return `Err` (`TRYAGAIN`, `CLUSTERDOWN`, a timeout)
+//! and consumers and workers wait and retry. Replication is asynchronous:
+//! a replica promoted after its primary *crashed* (not a manual
+//! `CLUSTER FAILOVER`, which waits for the replica to catch up) can miss
+//! the last writes acknowledged to the client: inserts, but also acks,
+//! which then deliver an entry again.
 
 mod builder;
 mod conn;

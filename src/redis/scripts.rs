@@ -68,6 +68,7 @@ pub(crate) struct Scripts {
     pub(crate) requeue_dead: Script,
     pub(crate) purge: Script,
     pub(crate) check: Script,
+    pub(crate) rights: Script,
     pub(crate) schedule: Script,
     pub(crate) schedules: Script,
 }
@@ -85,6 +86,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     requeue_dead: Script::new(lua!("requeue_dead", "check_all", "now_ms", "place")),
     purge: Script::new(lua!("purge", "check_all")),
     check: Script::new(lua!("check", "check_all")),
+    rights: Script::new(lua!("rights")),
     schedule: Script::new(lua!("schedule", "check_all", "now_ms", "place", "ticks")),
     schedules: Script::new(lua!("schedules", "check_all")),
 });

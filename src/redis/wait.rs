@@ -11,7 +11,9 @@ use crate::durable::wait::Backoff;
 /// What the listener task needs.
 #[derive(Debug)]
 pub(crate) struct Listener {
-    pub(crate) client: redis::Client,
+    /// Where to subscribe: the server, or a cluster's seed nodes, tried in
+    /// turn (a cluster forwards every `PUBLISH` to every node).
+    pub(crate) clients: Vec<redis::Client>,
     pub(crate) channel: String,
     pub(crate) queue: String,
     /// The longest wait for a reply (the subscription, a PING).
@@ -32,12 +34,15 @@ impl Listener {
         let kick = || kicks.send_modify(|count| *count = count.wrapping_add(1));
         let queue = &self.queue;
         let mut backoff = Backoff::default();
+        let mut next = 0;
         loop {
+            let Some(client) = self.clients.get(next % self.clients.len().max(1)) else {
+                return;
+            };
             let session = async {
-                let pubsub =
-                    tokio::time::timeout(self.response_timeout, self.client.get_async_pubsub())
-                        .await
-                        .map_err(|_| timed_out("a pub/sub connection"))??;
+                let pubsub = tokio::time::timeout(self.response_timeout, client.get_async_pubsub())
+                    .await
+                    .map_err(|_| timed_out("a pub/sub connection"))??;
                 let (mut sink, mut messages) = pubsub.split();
                 tokio::time::timeout(self.response_timeout, sink.subscribe(&self.channel))
                     .await
@@ -68,7 +73,11 @@ impl Listener {
                              consumers rely on polling (poll_interval)");
                         return;
                     }
-                    Err(error) => tracing::warn!(queue, %error, "redis pub/sub failed; reconnecting"),
+                    Err(error) => {
+                        tracing::warn!(queue, %error, "redis pub/sub failed; reconnecting");
+                        // The next seed node of a cluster, in case this one is gone.
+                        next += 1;
+                    }
                 },
             }
             tokio::select! {

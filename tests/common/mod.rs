@@ -37,8 +37,10 @@ pub mod ledger;
 #[cfg(feature = "postgres")]
 pub mod pg;
 pub mod proxy;
+pub mod redis_cluster;
 #[cfg(feature = "redis")]
 pub mod redis_queue;
 pub mod redis_server;
 pub mod stores;
+pub mod tls;
 pub mod wait;

@@ -40,6 +40,8 @@ pub struct RedisServer {
     dir: PathBuf,
     /// Append-only file fsynced on every write, or no persistence at all.
     durable: bool,
+    /// Extra arguments of every start (TLS, ACL, cluster settings).
+    extra: Vec<String>,
 }
 
 /// One RESP2 reply, as read by [`RedisServer::command`].
@@ -92,12 +94,52 @@ impl RedisServer {
         Self::start_with(false)
     }
 
+    /// As [`start`](Self::start), with `extra` arguments on every start
+    /// (e.g. `--tls-port`, `--cluster-enabled yes`). The probes keep using
+    /// the plain port, which stays open.
+    pub fn start_with_args(extra: &[&str]) -> RedisServer {
+        Self::start_full(true, extra.iter().map(|a| (*a).to_owned()).collect())
+    }
+
+    /// As [`start_with_args`](Self::start_with_args), with arguments that
+    /// name a second free port (`--tls-port <port>`): `extra` gets it and
+    /// returns the arguments.
+    pub fn start_with_port_args(extra: impl Fn(u16) -> Vec<String>) -> (RedisServer, u16) {
+        let mut last_failure = String::new();
+        for _ in 0..SPAWN_ATTEMPTS {
+            let second = free_port();
+            let mut server = RedisServer {
+                child: None,
+                port: free_port(),
+                dir: fresh_dir(),
+                durable: true,
+                extra: extra(second),
+            };
+            if server.port == second {
+                continue;
+            }
+            match server.spawn_and_wait() {
+                Ok(()) => return (server, second),
+                Err(failure) => {
+                    server.kill();
+                    last_failure = failure;
+                }
+            }
+        }
+        panic!("redis-server did not start after {SPAWN_ATTEMPTS} attempts: {last_failure}");
+    }
+
     fn start_with(durable: bool) -> RedisServer {
+        Self::start_full(durable, Vec::new())
+    }
+
+    fn start_full(durable: bool, extra: Vec<String>) -> RedisServer {
         let mut server = RedisServer {
             child: None,
             port: 0,
             dir: fresh_dir(),
             durable,
+            extra,
         };
         let mut last_failure = String::new();
         for _ in 0..SPAWN_ATTEMPTS {
@@ -220,6 +262,7 @@ impl RedisServer {
             // Redis 7 refuses `DEBUG` (e.g. `DEBUG SLEEP`) unless enabled.
             command.args(["--enable-debug-command", "yes"]);
         }
+        command.args(&self.extra);
         let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
