@@ -11,11 +11,9 @@ use common::redis_queue::{HOUR, WAIT, builder, ms, open, wall, within};
 use common::redis_server::RedisServer;
 use futures::StreamExt;
 use punctual::redis::{Error, RedisQueue, RedisStats};
-use serde::{Deserialize, Serialize, Serializer};
-use std::collections::HashMap;
 use std::fmt::Debug;
 use std::pin::pin;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 const YEAR: Duration = Duration::from_secs(365 * 86_400);
 
@@ -62,13 +60,6 @@ fn snapshot(server: &RedisServer, name: &str) -> Vec<String> {
         .collect()
 }
 
-fn assert_invalid_id<T: Debug>(result: Result<T, Error>, what: &str) {
-    match result {
-        Err(Error::InvalidId(why)) => assert!(!why.is_empty(), "{what}: empty reason"),
-        other => panic!("{what}: expected Err(InvalidId), got {other:?}"),
-    }
-}
-
 fn assert_wrongtype<T: Debug>(result: Result<T, Error>, what: &str) {
     match result {
         Err(e) => assert!(
@@ -81,124 +72,7 @@ fn assert_wrongtype<T: Debug>(result: Result<T, Error>, what: &str) {
 
 // ---------------------------------------------------------------- ids
 
-#[tokio::test]
-async fn empty_and_overlong_ids_are_invalid_and_change_nothing() {
-    let server = RedisServer::start();
-    let q: RedisQueue<u64> = open(&server, "ids").await;
-    let longest = "a".repeat(512);
-    assert!(q.insert_with_id(&longest, &1, HOUR).await.unwrap());
-    q.insert(&2, ms(0)).await.unwrap();
-    let before = snapshot(&server, "ids");
-
-    let too_long = "a".repeat(513);
-    let too_long_multibyte = format!("a{}", "é".repeat(256)); // 513 bytes
-    for bad in ["", too_long.as_str(), too_long_multibyte.as_str()] {
-        let what = |op: &str| format!("{op}({} bytes)", bad.len());
-        assert_invalid_id(q.insert_with_id(bad, &3, ms(0)).await, &what("insert"));
-        assert_invalid_id(q.remove(bad).await, &what("remove"));
-        assert_invalid_id(q.reset(bad, ms(0)).await, &what("reset"));
-        assert_invalid_id(q.deadline(bad).await, &what("deadline"));
-        assert_invalid_id(q.requeue_dead(bad, ms(0)).await, &what("requeue_dead"));
-    }
-    assert_eq!(snapshot(&server, "ids"), before, "a rejected call wrote");
-    assert_eq!(
-        q.stats().await.unwrap(),
-        RedisStats {
-            pending: 1,
-            due: 1,
-            ..RedisStats::default()
-        }
-    );
-}
-
-#[tokio::test]
-async fn ids_of_512_bytes_work_everywhere() {
-    let server = RedisServer::start();
-    let q: RedisQueue<u64> = open(&server, "long-ids").await;
-    let ascii = "a".repeat(512);
-    let multibyte = "é".repeat(256);
-    for id in [ascii.as_str(), multibyte.as_str()] {
-        assert_eq!(id.len(), 512);
-        assert!(q.insert_with_id(id, &1, HOUR).await.unwrap());
-        assert!(!q.insert_with_id(id, &2, HOUR).await.unwrap());
-        assert!(q.deadline(id).await.unwrap().is_some());
-        assert!(!q.requeue_dead(id, ms(0)).await.unwrap());
-        assert!(q.reset(id, ms(0)).await.unwrap());
-        let d = within("take", q.take()).await.unwrap();
-        assert_eq!((d.id(), *d.value()), (id, 1));
-        assert!(q.remove(id).await.unwrap());
-        assert!(!d.ack().await.unwrap());
-    }
-}
-
-#[tokio::test]
-async fn ids_with_unusual_characters_round_trip() {
-    let server = RedisServer::start();
-    let q: RedisQueue<u64> = open(&server, "odd-ids").await;
-    let ids = [
-        "{braces}",
-        "a b",
-        "line\r\nbreak",
-        "nul\0byte",
-        "ключ",
-        "#1",
-        "0000000000000001",
-        "punctual:{odd-ids}:schedule",
-        "*",
-    ];
-    for (i, id) in (0u64..).zip(ids) {
-        assert!(q.insert_with_id(id, &i, ms(0)).await.unwrap(), "{id:?}");
-    }
-    let taken = within("take_many", q.take_many(ids.len())).await.unwrap();
-    let got: Vec<_> = taken.iter().map(|d| (d.id(), *d.value())).collect();
-    let expected: Vec<_> = ids.iter().copied().zip(0u64..).collect();
-    assert_eq!(got, expected);
-    for d in taken {
-        assert!(d.ack().await.unwrap());
-    }
-    assert_eq!(q.stats().await.unwrap(), RedisStats::default());
-}
-
 // ---------------------------------------------------------------- huge and past times
-
-#[tokio::test]
-async fn duration_max_delay_is_pending_with_a_far_deadline() {
-    let server = RedisServer::start();
-    let q: RedisQueue<u64> = open(&server, "max-delay").await;
-    let id = q.insert(&1, Duration::MAX).await.unwrap();
-    assert!(q.insert_with_id("mine", &2, Duration::MAX).await.unwrap());
-    for id in [id.as_str(), "mine"] {
-        let deadline = q.deadline(id).await.unwrap().unwrap();
-        assert!(deadline > wall() + YEAR * 1000, "{deadline:?} is not far");
-    }
-    assert_eq!(
-        q.stats().await.unwrap(),
-        RedisStats {
-            pending: 2,
-            ..RedisStats::default()
-        }
-    );
-    assert!(q.try_take().await.unwrap().is_none());
-    assert!(q.take_timeout(ms(200)).await.unwrap().is_none());
-    // An ordinary entry behind them is not held up.
-    q.insert(&3, ms(0)).await.unwrap();
-    assert_eq!(*within("take", q.take()).await.unwrap().value(), 3);
-}
-
-#[tokio::test]
-async fn far_future_insert_at_is_pending_with_a_far_deadline() {
-    let server = RedisServer::start();
-    let q: RedisQueue<u64> = open(&server, "far-at").await;
-    let far = [u64::MAX, i64::MAX as u64, 1 << 40]
-        .into_iter()
-        .find_map(|secs| UNIX_EPOCH.checked_add(Duration::from_secs(secs)))
-        .expect("some far time is representable");
-    let id = q.insert_at(&1, far).await.unwrap();
-    let deadline = q.deadline(&id).await.unwrap().unwrap();
-    assert!(deadline > wall() + YEAR * 1000);
-    assert_eq!(q.stats().await.unwrap().pending, 1);
-    assert!(q.try_take().await.unwrap().is_none());
-}
 
 #[tokio::test]
 async fn duration_max_reset_and_retry_make_the_entry_pending_far_ahead() {
@@ -220,153 +94,6 @@ async fn duration_max_reset_and_retry_make_the_entry_pending_far_ahead() {
         }
     );
     assert!(q.try_take().await.unwrap().is_none());
-}
-
-#[tokio::test]
-async fn duration_max_extend_holds_the_lease_far_ahead() {
-    let server = RedisServer::start();
-    let q: RedisQueue<u64> = open(&server, "max-extend").await;
-    let id = q.insert(&1, ms(0)).await.unwrap();
-    let mut d = within("take", q.take()).await.unwrap();
-    let old_until = d.lease_until();
-    assert!(d.extend(Duration::MAX).await.unwrap());
-    assert!(d.lease_until() > wall() + YEAR * 1000);
-    assert_eq!(q.deadline(&id).await.unwrap(), Some(d.lease_until()));
-    // Past the old lease, still held.
-    let left = old_until.duration_since(wall()).unwrap_or_default();
-    tokio::time::sleep(left + ms(100)).await;
-    assert!(q.try_take().await.unwrap().is_none());
-    assert_eq!(q.stats().await.unwrap().leased, 1);
-    assert!(d.ack().await.unwrap());
-}
-
-#[tokio::test]
-async fn duration_max_lease_holds_the_entry_far_ahead() {
-    let server = RedisServer::start();
-    let q: RedisQueue<u64> = builder(&server, "max-lease")
-        .lease(Duration::MAX)
-        .build()
-        .await
-        .unwrap();
-    q.insert(&1, ms(0)).await.unwrap();
-    let d = within("take", q.take()).await.unwrap();
-    assert!(d.lease_until() > wall() + YEAR * 1000);
-    assert_eq!(q.stats().await.unwrap().leased, 1);
-    assert!(d.ack().await.unwrap());
-}
-
-#[tokio::test]
-async fn duration_max_take_timeout_waits_without_panicking() {
-    let server = RedisServer::start();
-    let q: RedisQueue<u64> = open(&server, "max-timeout").await;
-    let producer = q.clone();
-    let waiting = tokio::spawn(async move { q.take_timeout(Duration::MAX).await });
-    tokio::time::sleep(ms(200)).await;
-    producer.insert(&1, ms(0)).await.unwrap();
-    let d = within("take_timeout(MAX)", waiting).await.unwrap().unwrap();
-    assert_eq!(*d.expect("delivered").value(), 1);
-}
-
-#[tokio::test]
-async fn duration_max_poll_interval_waits_without_panicking() {
-    let server = RedisServer::start();
-    let q: RedisQueue<u64> = builder(&server, "max-poll")
-        .poll_interval(Duration::MAX)
-        .build()
-        .await
-        .unwrap();
-    let producer: RedisQueue<u64> = open(&server, "max-poll").await;
-    // An empty queue: the leader sleeps "poll_interval" at most.
-    let waiting = tokio::spawn(async move { q.take_timeout(WAIT).await });
-    tokio::time::sleep(ms(200)).await;
-    producer.insert(&1, ms(0)).await.unwrap();
-    let d = within("take_timeout", waiting)
-        .await
-        .expect("the consumer panicked")
-        .unwrap();
-    assert_eq!(*d.expect("woken by the insert").value(), 1);
-}
-
-#[tokio::test]
-async fn times_in_the_past_are_due_at_once_in_deadline_order() {
-    let server = RedisServer::start();
-    let q: RedisQueue<String> = open(&server, "past").await;
-    let before_epoch = UNIX_EPOCH.checked_sub(Duration::from_secs(1));
-    if let Some(before_epoch) = before_epoch {
-        q.insert_at(&"before-epoch".to_owned(), before_epoch)
-            .await
-            .unwrap();
-    }
-    q.insert_at(
-        &"yesterday".to_owned(),
-        wall() - Duration::from_secs(86_400),
-    )
-    .await
-    .unwrap();
-    q.insert_at(&"epoch".to_owned(), UNIX_EPOCH).await.unwrap();
-    q.insert_at(&"just-now".to_owned(), wall() - ms(1))
-        .await
-        .unwrap();
-    let stats = q.stats().await.unwrap();
-    assert_eq!(
-        (stats.pending, stats.due),
-        (0, 3 + before_epoch.iter().len() as u64)
-    );
-    let taken = within("take_many", q.take_many(10)).await.unwrap();
-    let names: Vec<_> = taken.iter().map(|d| d.value().as_str()).collect();
-    let mut expected = Vec::new();
-    if before_epoch.is_some() {
-        expected.push("before-epoch");
-    }
-    expected.extend(["epoch", "yesterday", "just-now"]);
-    assert_eq!(names, expected);
-    assert!(taken[0].deadline() <= UNIX_EPOCH + ms(1));
-}
-
-// ---------------------------------------------------------------- values
-
-/// A value whose `Serialize` always fails.
-#[derive(Debug, Deserialize)]
-struct Unserializable;
-
-impl Serialize for Unserializable {
-    fn serialize<S: Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
-        Err(serde::ser::Error::custom("this value refuses to serialize"))
-    }
-}
-
-#[tokio::test]
-async fn a_value_that_does_not_serialize_is_an_encode_error_and_writes_nothing() {
-    let server = RedisServer::start();
-    let q: RedisQueue<Unserializable> = open(&server, "encode").await;
-    let results = [
-        q.insert(&Unserializable, ms(0)).await.map(drop),
-        q.insert_at(&Unserializable, wall()).await.map(drop),
-        q.insert_with_id("x", &Unserializable, ms(0))
-            .await
-            .map(drop),
-    ];
-    for result in results {
-        match result {
-            Err(Error::Encode(e)) => assert!(e.to_string().contains("refuses")),
-            other => panic!("expected Err(Encode), got {other:?}"),
-        }
-    }
-    assert_eq!(keys(&server), Vec::<String>::new());
-
-    // serde_json refuses maps with non-string keys.
-    let maps: RedisQueue<HashMap<(u8, u8), u8>> = open(&server, "encode-map").await;
-    let value = HashMap::from([((1, 2), 3)]);
-    assert!(matches!(
-        maps.insert(&value, ms(0)).await,
-        Err(Error::Encode(_))
-    ));
-    assert!(matches!(
-        maps.insert_with_id("m", &value, ms(0)).await,
-        Err(Error::Encode(_))
-    ));
-    assert_eq!(keys(&server), Vec::<String>::new());
-    assert_eq!(maps.stats().await.unwrap(), RedisStats::default());
 }
 
 // ---------------------------------------------------------------- foreign keys
