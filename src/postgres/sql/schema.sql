@@ -106,11 +106,13 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.insert(p_queue text, p_channel text, p_id 
     p_value text, p_absolute boolean, p_ms bigint, OUT inserted boolean, OUT id text)
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_now bigint := __SCHEMA__.now_ms();
-    v_at bigint := CASE WHEN p_absolute THEN p_ms ELSE v_now + p_ms END;
-    v_old_head bigint := __SCHEMA__.head(p_queue);
+    v_at bigint := CASE WHEN p_absolute THEN p_ms ELSE __SCHEMA__.now_ms() + p_ms END;
+    v_old_head bigint;
     v_seq bigint;
 BEGIN
+    -- head() and announce() inline: the hottest call of a producer.
+    SELECT e.run_at INTO v_old_head FROM __SCHEMA__.entries e
+    WHERE e.queue = p_queue AND e.run_at IS NOT NULL ORDER BY e.run_at, e.seq LIMIT 1;
     LOOP
         v_seq := nextval('__SCHEMA__.seq');
         id := coalesce(p_id, '#' || v_seq);
@@ -121,8 +123,8 @@ BEGIN
         -- A made id taken by a caller's own id: make another.
         EXIT WHEN inserted OR p_id IS NOT NULL;
     END LOOP;
-    IF inserted THEN
-        PERFORM __SCHEMA__.announce(p_channel, v_at, v_old_head);
+    IF inserted AND (v_old_head IS NULL OR v_at < v_old_head) THEN
+        PERFORM pg_notify(p_channel, v_at::text);
     END IF;
 END $$;
 
