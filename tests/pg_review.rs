@@ -1,0 +1,268 @@
+//! A hostile review of the PostgreSQL store: generated ids against ids a
+//! caller chose, names that need quoting, schema installs that race or
+//! meet another version, far-future times.
+//!
+//! Each test has a schema of its own in this binary's database.
+
+#![cfg(feature = "postgres")]
+
+mod common;
+
+use common::pg::PgDb;
+use punctual::MissedTicks;
+use punctual::postgres::{Error, PgQueue};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const WAIT: Duration = Duration::from_secs(5);
+
+fn schema() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("rv{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+async fn open(db: &PgDb, schema: &str, name: &str) -> PgQueue<u64> {
+    PgQueue::builder(name)
+        .url(&db.url())
+        .schema(schema)
+        .lease(Duration::from_secs(5))
+        .poll_interval(Duration::from_millis(100))
+        .build()
+        .await
+        .expect("build")
+}
+
+/// Values of the schema's sequence soon to come, as made ids: `#<n>`.
+fn next_made_ids(db: &PgDb, schema: &str, count: u64) -> Vec<String> {
+    let last: u64 = db
+        .psql(&format!(
+            "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM \"{schema}\".seq"
+        ))
+        .parse()
+        .unwrap();
+    (1..=count).map(|k| format!("#{}", last + 50 + k)).collect()
+}
+
+#[tokio::test]
+async fn insert_many_makes_ids_around_ids_a_caller_chose() {
+    let db = PgDb::new();
+    let schema = schema();
+    let q = open(&db, &schema, "many-ids").await;
+    // A caller's own ids that look like made ones soon to come.
+    let taken = next_made_ids(&db, &schema, 5);
+    for (k, id) in taken.iter().enumerate() {
+        assert!(
+            q.insert_with_id(id, &(k as u64), Duration::from_secs(3600))
+                .await
+                .unwrap()
+        );
+    }
+    let many: Vec<(u64, Duration)> = (0..100).map(|k| (k, Duration::from_secs(3600))).collect();
+    let ids = q.insert_many(&many).await;
+    let ids = match ids {
+        Ok(ids) => ids,
+        Err(error) => panic!(
+            "insert_many failed where a caller took an id of the form #<n>: {error} ({error:?})"
+        ),
+    };
+    assert_eq!(ids.len(), 100);
+    let distinct: std::collections::HashSet<_> = ids.iter().collect();
+    assert_eq!(distinct.len(), 100);
+    for id in &ids {
+        assert!(
+            !taken.contains(id),
+            "insert_many reused the caller's id {id}"
+        );
+    }
+    // `insert` makes another id when its made one is taken; `insert_many`
+    // must too (API.md: ids as `insert` returns them).
+    let one = q.insert(&100, Duration::from_secs(3600)).await.unwrap();
+    assert!(!taken.contains(&one), "insert made the taken id {one}");
+    assert_eq!(q.stats().await.unwrap().pending, 106);
+}
+
+#[tokio::test]
+async fn queue_and_schedule_names_that_need_quoting_work() {
+    let db = PgDb::new();
+    let schema = schema();
+    let name = "it's \"quoted\"; DROP TABLE x; -- é 日本 $$";
+    let q = open(&db, &schema, name).await;
+    let other = open(&db, &schema, "it's").await;
+    let id = q.insert(&7, Duration::ZERO).await.unwrap();
+    assert!(
+        q.insert_with_id("o'clock \"x\" $$ é", &8, Duration::ZERO)
+            .await
+            .unwrap()
+    );
+    let d = tokio::time::timeout(WAIT, q.take())
+        .await
+        .expect("a due entry is taken")
+        .unwrap();
+    assert_eq!(d.id(), id);
+    assert!(d.ack().await.unwrap());
+    let d = tokio::time::timeout(WAIT, q.take()).await.unwrap().unwrap();
+    assert_eq!(d.id(), "o'clock \"x\" $$ é");
+    assert!(d.ack().await.unwrap());
+    assert!(
+        q.schedule_every(
+            "sch'ed \"é\" $$",
+            Duration::from_secs(3600),
+            MissedTicks::Skip,
+            &1
+        )
+        .await
+        .unwrap()
+    );
+    assert!(
+        !q.schedule_every(
+            "sch'ed \"é\" $$",
+            Duration::from_secs(3600),
+            MissedTicks::Skip,
+            &1
+        )
+        .await
+        .unwrap()
+    );
+    let schedules = q.schedules().await.unwrap();
+    assert_eq!(schedules.len(), 1);
+    assert_eq!(schedules[0].name, "sch'ed \"é\" $$");
+    assert!(q.unschedule("sch'ed \"é\" $$").await.unwrap());
+    assert_eq!(other.stats().await.unwrap(), Default::default());
+    assert_eq!(q.stats().await.unwrap(), Default::default());
+}
+
+#[tokio::test]
+async fn schemas_that_need_quoting_install_and_work() {
+    let db = PgDb::new();
+    for schema in ["Mixed_Case", "user", "select", "_x9"] {
+        let q = open(&db, schema, "q").await;
+        q.insert(&1, Duration::ZERO).await.unwrap();
+        assert!(
+            q.schedule_every("s", Duration::from_secs(3600), MissedTicks::Burst, &2)
+                .await
+                .unwrap()
+        );
+        let d = tokio::time::timeout(WAIT, q.take()).await.unwrap().unwrap();
+        assert!(d.ack().await.unwrap(), "schema {schema}");
+        // A second build finds the schema current.
+        let again = open(&db, schema, "q").await;
+        assert_eq!(again.stats().await.unwrap().pending, 1, "schema {schema}");
+    }
+}
+
+#[tokio::test]
+async fn many_builds_at_once_on_a_fresh_schema_all_succeed() {
+    let db = PgDb::new();
+    let schema = schema();
+    let url = db.url();
+    // Each build on its own connection pool, all polled at once (a
+    // `tokio::spawn` of `build()` does not compile: see bugs.md).
+    let builds = (0..8).map(|k| {
+        PgQueue::<u64>::builder(&format!("q{}", k % 2))
+            .url(&url)
+            .schema(&schema)
+            .build()
+    });
+    for q in futures::future::join_all(builds).await {
+        let q = q.expect("a concurrent build succeeds");
+        q.insert(&1, Duration::from_secs(60)).await.unwrap();
+    }
+    assert_eq!(
+        db.psql(&format!("SELECT count(*) FROM \"{schema}\".entries")),
+        "8"
+    );
+    assert_eq!(
+        db.psql(&format!("SELECT count(*) FROM \"{schema}\".meta")),
+        "1"
+    );
+}
+
+#[tokio::test]
+async fn build_upgrades_an_older_schema_and_leaves_a_newer_one_alone() {
+    let db = PgDb::new();
+    let schema = schema();
+    let q = open(&db, &schema, "q").await;
+    q.insert(&1, Duration::from_secs(60)).await.unwrap();
+    // An older version: its functions may be missing or different.
+    db.psql(&format!(
+        "UPDATE \"{schema}\".meta SET version = 0; DROP FUNCTION \"{schema}\".stats(text)"
+    ));
+    let q = open(&db, &schema, "q").await;
+    assert_eq!(
+        q.stats().await.unwrap().pending,
+        1,
+        "upgraded, entries kept"
+    );
+    assert_eq!(
+        db.psql(&format!("SELECT max(version) FROM \"{schema}\".meta")),
+        "1"
+    );
+    // A newer version: this process leaves it as it is.
+    db.psql(&format!(
+        "UPDATE \"{schema}\".meta SET version = 99; \
+         CREATE OR REPLACE FUNCTION \"{schema}\".newer() RETURNS int LANGUAGE sql AS 'SELECT 1'"
+    ));
+    let q = open(&db, &schema, "q").await;
+    assert_eq!(q.stats().await.unwrap().pending, 1);
+    assert_eq!(
+        db.psql(&format!("SELECT \"{schema}\".newer()")),
+        "1",
+        "a newer schema's functions are left alone"
+    );
+}
+
+#[tokio::test]
+async fn far_future_times_and_huge_leases_do_not_overflow() {
+    let db = PgDb::new();
+    let schema = schema();
+    let q: PgQueue<u64> = PgQueue::builder("far")
+        .url(&db.url())
+        .schema(&schema)
+        .lease(Duration::MAX)
+        .max_attempts(u32::MAX)
+        .poll_interval(Duration::MAX)
+        .build()
+        .await
+        .unwrap();
+    let far = q.insert(&1, Duration::MAX).await.unwrap();
+    let at = q.deadline(&far).await.unwrap().expect("pending");
+    assert!(at > SystemTime::now() + Duration::from_secs(100 * 365 * 86400));
+    let far_at = q
+        .insert_at(&2, UNIX_EPOCH + Duration::from_secs(u64::MAX / 4))
+        .await
+        .unwrap();
+    assert!(q.deadline(&far_at).await.unwrap().is_some());
+    // Before the epoch: due now.
+    let past = q
+        .insert_at(&3, UNIX_EPOCH - Duration::from_secs(10))
+        .await
+        .unwrap();
+    let mut d = tokio::time::timeout(WAIT, q.take()).await.unwrap().unwrap();
+    assert_eq!(d.id(), past);
+    assert!(d.lease_until() > SystemTime::now() + Duration::from_secs(100 * 365 * 86400));
+    assert!(d.extend(Duration::MAX).await.unwrap());
+    assert!(d.retry(Duration::MAX).await.unwrap());
+    assert!(q.reset(&far, Duration::MAX).await.unwrap());
+    assert!(
+        q.schedule_every(
+            "huge",
+            Duration::from_millis(1 << 50),
+            MissedTicks::Delay,
+            &4
+        )
+        .await
+        .unwrap()
+    );
+    assert!(
+        q.schedule_every("huge", Duration::from_millis(1), MissedTicks::Skip, &4)
+            .await
+            .unwrap()
+    );
+    let stats = q.stats().await.unwrap();
+    assert_eq!(stats.due + stats.pending, 4, "{stats:?}");
+    assert!(matches!(
+        q.take_timeout(Duration::ZERO).await,
+        Ok(Some(_)) | Ok(None)
+    ));
+    let _: Option<Error> = None;
+}
