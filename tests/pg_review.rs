@@ -266,3 +266,90 @@ async fn far_future_times_and_huge_leases_do_not_overflow() {
     ));
     let _: Option<Error> = None;
 }
+
+#[tokio::test]
+async fn unschedule_racing_the_ack_of_its_tick_leaves_nothing_behind() {
+    let db = PgDb::new();
+    let schema = schema();
+    let q = open(&db, &schema, "unsched").await;
+    let acker = open(&db, &schema, "unsched").await;
+    for round in 0..20 {
+        let name = format!("s{round}");
+        assert!(
+            q.schedule_every(&name, Duration::from_millis(1), MissedTicks::Burst, &round)
+                .await
+                .unwrap()
+        );
+        let d = tokio::time::timeout(WAIT, acker.take())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(d.id(), name);
+        // The ack turns the tick into its successor while unschedule
+        // deletes the schedule and its tick: either order, nothing stays.
+        let (acked, removed) = tokio::join!(d.ack(), q.unschedule(&name));
+        acked.unwrap();
+        assert!(removed.unwrap(), "round {round}");
+        assert!(q.schedules().await.unwrap().is_empty(), "round {round}");
+        let stats = q.stats().await.unwrap();
+        assert_eq!(stats, Default::default(), "round {round}");
+    }
+}
+
+#[tokio::test]
+async fn a_held_tick_removed_by_unschedule_cannot_be_acked() {
+    let db = PgDb::new();
+    let schema = schema();
+    let q = open(&db, &schema, "held").await;
+    assert!(
+        q.schedule_every("s", Duration::from_millis(1), MissedTicks::Skip, &1)
+            .await
+            .unwrap()
+    );
+    let mut d = tokio::time::timeout(WAIT, q.take()).await.unwrap().unwrap();
+    assert!(q.unschedule("s").await.unwrap());
+    assert!(!d.extend(Duration::from_secs(1)).await.unwrap());
+    assert!(!d.ack().await.unwrap(), "the lease went with the schedule");
+    assert!(q.schedules().await.unwrap().is_empty());
+    assert_eq!(q.stats().await.unwrap(), Default::default());
+}
+
+#[tokio::test]
+async fn concurrent_consumers_of_several_handles_take_each_entry_once() {
+    let db = PgDb::new();
+    let schema = schema();
+    let producer = open(&db, &schema, "once").await;
+    let many: Vec<(u64, Duration)> = (0..300).map(|k| (k, Duration::ZERO)).collect();
+    let ids = producer.insert_many(&many).await.unwrap();
+    let mut consumers = Vec::new();
+    for _ in 0..3 {
+        let q = open(&db, &schema, "once").await;
+        for _ in 0..3 {
+            let q = q.clone();
+            consumers.push(tokio::spawn(async move {
+                let mut seen = Vec::new();
+                while let Some(batch) = q
+                    .take_timeout(Duration::from_millis(300))
+                    .await
+                    .unwrap()
+                    .map(|d| vec![d])
+                {
+                    for d in batch {
+                        seen.push(d.id().to_owned());
+                        assert!(d.ack().await.unwrap());
+                    }
+                }
+                seen
+            }));
+        }
+    }
+    let mut all = Vec::new();
+    for c in consumers {
+        all.extend(c.await.unwrap());
+    }
+    all.sort();
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(all, want, "every entry exactly once");
+    assert_eq!(producer.stats().await.unwrap(), Default::default());
+}
