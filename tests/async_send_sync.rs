@@ -165,6 +165,8 @@ fn postgres_types_are_send_and_sync() {
         send(&q.insert_many(&[]));
         send(&q.schedules());
         send(&q.insert_in(tx, &String::new(), std::time::Duration::ZERO));
+        send(&PgQueue::<String>::builder("q").build());
+        send(&PgQueue::<String>::connect("postgres://localhost/", "q"));
         let delivery = q.take().await.unwrap();
         send(&delivery.ack());
         let _ = Worker::builder(q);

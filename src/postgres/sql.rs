@@ -66,61 +66,56 @@ impl Statements {
 /// advisory lock held by one transaction: processes that start together
 /// wait for the first, then find the schema current.
 pub(crate) async fn install(pool: &PgPool, schema: &str) -> Result<(), Error> {
-    let mut conn = pool.acquire().await?;
     let version: i32 = sqlx::query_scalar("SELECT current_setting('server_version_num')::int")
-        .fetch_one(&mut *conn)
+        .fetch_one(pool)
         .await?;
     if version < 120_000 {
         return Err(Error::Unsupported(format!(
             "PostgreSQL 12 or later is needed, the server is version {version}"
         )));
     }
-    if current(&mut conn, schema).await? {
+    let installed: i32 = sqlx::query_scalar(INSTALLED)
+        .bind(schema)
+        .fetch_one(pool)
+        .await?;
+    if installed >= VERSION {
         return Ok(());
     }
-    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    let mut tx = pool.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('punctual schema'), hashtext($1))")
         .bind(schema)
         .execute(&mut *tx)
         .await?;
-    if !current(&mut tx, schema).await? {
+    // Another process may have installed it while this one waited.
+    let installed: i32 = sqlx::query_scalar(INSTALLED)
+        .bind(schema)
+        .fetch_one(&mut *tx)
+        .await?;
+    if installed < VERSION {
         // An older version's functions may differ in their signatures,
         // which `CREATE OR REPLACE` cannot change: they go first.
-        sqlx::raw_sql(&format!(
+        let drop_functions = format!(
             "DO $$ DECLARE f regprocedure; BEGIN \
                FOR f IN SELECT p.oid::regprocedure FROM pg_proc p \
                  JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = '{schema}' \
                LOOP EXECUTE 'DROP FUNCTION ' || f; END LOOP; END $$"
-        ))
-        .execute(&mut *tx)
-        .await?;
+        );
         let script = SCHEMA.replace("__SCHEMA__", &format!("\"{schema}\""));
-        sqlx::raw_sql(&script).execute(&mut *tx).await?;
-        sqlx::raw_sql(&format!(
+        let meta = format!(
             "DELETE FROM \"{schema}\".meta; INSERT INTO \"{schema}\".meta VALUES ({VERSION})"
-        ))
-        .execute(&mut *tx)
-        .await?;
+        );
+        // Several statements each: the simple query protocol.
+        for sql in [drop_functions, script, meta] {
+            sqlx::Executor::execute(&mut *tx, sqlx::raw_sql(&sql)).await?;
+        }
     }
     tx.commit().await?;
     Ok(())
 }
 
-/// Whether the schema holds this version's tables and functions (or a
-/// newer one's: an older process leaves them alone).
-async fn current(conn: &mut sqlx::PgConnection, schema: &str) -> Result<bool, Error> {
-    let exists: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = $1 AND tablename = 'meta')",
-    )
-    .bind(schema)
-    .fetch_one(&mut *conn)
-    .await?;
-    if !exists {
-        return Ok(false);
-    }
-    let version: Option<i32> =
-        sqlx::query_scalar(&format!("SELECT max(version) FROM \"{schema}\".meta"))
-            .fetch_one(&mut *conn)
-            .await?;
-    Ok(version.is_some_and(|v| v >= VERSION))
-}
+/// The version of the tables and functions in schema `$1`: -1 if there are
+/// none (a newer version than this process's is left alone).
+const INSTALLED: &str = "SELECT CASE WHEN to_regclass(format('%I.meta', $1::text)) IS NULL THEN -1 \
+     ELSE coalesce((xpath('/row/v/text()', query_to_xml( \
+         format('SELECT max(version) AS v FROM %I.meta', $1::text), false, true, '')))[1]::text::int, -1) \
+     END";

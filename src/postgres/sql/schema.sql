@@ -129,29 +129,53 @@ BEGIN
 END $$;
 
 -- INSERT_MANY: new pending entries, `p_ms[i]` from now, ids '#<seq>' in
--- order; all or none.
+-- order; all or none. A made id a caller has taken with its own id is
+-- skipped, as `insert` does.
 CREATE OR REPLACE FUNCTION __SCHEMA__.insert_many(p_queue text, p_channel text,
     p_values text[], p_ms bigint[]) RETURNS text[]
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now bigint := __SCHEMA__.now_ms();
     v_old_head bigint := __SCHEMA__.head(p_queue);
+    v_n integer := coalesce(array_length(p_values, 1), 0);
+    v_seqs bigint[];
+    v_done bigint[];
     v_ids text[];
+    v_seq bigint;
     v_first bigint;
 BEGIN
-    WITH rows AS (
-        SELECT u.ord, nextval('__SCHEMA__.seq') AS seq, u.value, v_now + u.ms AS run_at
-        FROM (SELECT * FROM unnest(p_values, p_ms) WITH ORDINALITY AS u(value, ms, ord)
-              ORDER BY ord) AS u
-    ), inserted AS (
-        INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value)
-        SELECT p_queue, '#' || seq, seq, run_at, value FROM rows
-    )
-    SELECT array_agg('#' || seq ORDER BY ord), min(run_at) INTO v_ids, v_first FROM rows;
-    IF v_first IS NOT NULL THEN
-        PERFORM __SCHEMA__.announce(p_channel, v_first, v_old_head);
+    IF v_n = 0 THEN
+        RETURN '{}';
     END IF;
-    RETURN coalesce(v_ids, '{}');
+    -- One sequence number per entry, increasing with its place.
+    SELECT array_agg(x.seq ORDER BY x.o) INTO v_seqs
+    FROM (SELECT g.o, nextval('__SCHEMA__.seq') AS seq
+          FROM generate_series(1, v_n) AS g(o) ORDER BY g.o) AS x;
+    WITH inserted AS (
+        INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value)
+        SELECT p_queue, '#' || v_seqs[g.o], v_seqs[g.o], v_now + p_ms[g.o], p_values[g.o]
+        FROM generate_series(1, v_n) AS g(o)
+        ON CONFLICT DO NOTHING
+        RETURNING seq
+    )
+    SELECT coalesce(array_agg(seq), '{}') INTO v_done FROM inserted;
+    v_ids := ARRAY(SELECT '#' || v_seqs[g.o] FROM generate_series(1, v_n) AS g(o) ORDER BY g.o);
+    IF array_length(v_done, 1) IS DISTINCT FROM v_n THEN
+        FOR i IN 1 .. v_n LOOP
+            CONTINUE WHEN v_seqs[i] = ANY (v_done);
+            LOOP
+                v_seq := nextval('__SCHEMA__.seq');
+                INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value)
+                VALUES (p_queue, '#' || v_seq, v_seq, v_now + p_ms[i], p_values[i])
+                ON CONFLICT DO NOTHING;
+                EXIT WHEN FOUND;
+            END LOOP;
+            v_ids[i] := '#' || v_seq;
+        END LOOP;
+    END IF;
+    SELECT min(v_now + m) INTO v_first FROM unnest(p_ms) AS m;
+    PERFORM __SCHEMA__.announce(p_channel, v_first, v_old_head);
+    RETURN v_ids;
 END $$;
 
 -- REMOVE: deletes an entry, pending, leased or dead; a schedule's tick takes
@@ -434,6 +458,10 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
+    -- Locks the rows in id order first: a heartbeat's extend does the
+    -- same, so the two never deadlock.
+    PERFORM 1 FROM __SCHEMA__.entries d
+    WHERE d.queue = p_queue AND d.id = ANY (p_ids) ORDER BY d.id FOR UPDATE;
     -- Plain acks: entries that are not ticks, deleted together.
     WITH acked AS (
         DELETE FROM __SCHEMA__.entries d
@@ -586,6 +614,9 @@ DECLARE
     v_old_head bigint := __SCHEMA__.head(p_queue);
     v_held bigint[];
 BEGIN
+    -- Locks the rows in id order first, as finish_all does (no deadlock).
+    PERFORM 1 FROM __SCHEMA__.entries d
+    WHERE d.queue = p_queue AND d.id = ANY (p_ids) ORDER BY d.id FOR UPDATE;
     WITH moved AS (
         UPDATE __SCHEMA__.entries d SET run_at = v_end
         FROM unnest(p_ids, p_tokens) WITH ORDINALITY AS o(id, token, ord)
