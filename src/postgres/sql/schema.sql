@@ -3,7 +3,8 @@
 -- runs this file under an advisory lock, inside one transaction, when the
 -- schema's version (table `meta`) is older than this file's; it is
 -- idempotent. A service in another language shares a queue by calling the
--- same functions.
+-- same functions. Every change to this file after a release bumps VERSION
+-- in `src/postgres/sql.rs`, or databases keep the old functions.
 --
 -- Times are milliseconds since the Unix epoch on the database's clock
 -- (`clock_timestamp()`, read once per call).
