@@ -593,8 +593,11 @@ async fn every_insert_that_returned_ok_survives_a_kill_9_of_the_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_takes_and_handles_ride_through_a_kill_9_and_restart() {
     let mut server = block_in_place(PgServer::start);
-    let q = queue(&server.url(), "ride", ms(500)).await;
-    let producer = queue(&server.url(), "ride", ms(500)).await;
+    // A lease longer than the test: the takers' entries are acked one after
+    // the other at the end, and an entry whose lease ran out meanwhile could
+    // be taken again by the other taker.
+    let q = queue(&server.url(), "ride", ms(10_000)).await;
+    let producer = queue(&server.url(), "ride", ms(10_000)).await;
     assert!(
         producer
             .insert_with_id("before", &1, ms(1500))
