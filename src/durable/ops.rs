@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::store::{Applied, Finish, Outcome};
+use crate::lock::Lock;
 
 /// What a delivery needs to finish its lease.
 #[derive(Debug, Clone)]
@@ -216,4 +217,52 @@ pub(crate) const MAX_MS: u64 = 1 << 52;
 
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).min(MAX_MS)
+}
+
+/// The releases of claims in doubt (`Op::release`) that one request
+/// carries, taken from the handle's list: put back for the next request
+/// unless this one was answered (they are idempotent).
+pub(crate) struct Releases<'a> {
+    pending: &'a Lock<Vec<Op>>,
+    pub(crate) ops: Vec<Op>,
+    answered: bool,
+}
+
+impl<'a> Releases<'a> {
+    pub(crate) fn take(pending: &'a Lock<Vec<Op>>) -> Releases<'a> {
+        Releases {
+            pending,
+            ops: std::mem::take(&mut *pending.lock()),
+            answered: false,
+        }
+    }
+
+    /// The request was answered; how many releases it carried.
+    pub(crate) fn sent(mut self) -> usize {
+        self.answered = true;
+        self.ops.len()
+    }
+}
+
+impl Drop for Releases<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.pending.lock().append(&mut self.ops);
+        }
+    }
+}
+
+/// The value of a claimed entry, or why it goes to the dead letters instead:
+/// `bury` (set by the store), a value that is missing or does not decode.
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    bury: Option<String>,
+    json: Option<&[u8]>,
+) -> Result<T, String> {
+    match (bury, json) {
+        (Some(why), _) => Err(why),
+        (None, Some(json)) => {
+            serde_json::from_slice(json).map_err(|e| format!("value does not decode: {e}"))
+        }
+        (None, None) => Err("value does not decode: the value is missing".to_owned()),
+    }
 }

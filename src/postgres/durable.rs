@@ -93,12 +93,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue
                 lease_until,
                 bury,
             } = item;
-            let decoded = match bury {
-                Some(why) => Err(why),
-                None => serde_json::from_str::<T>(&json)
-                    .map_err(|e| format!("value does not decode: {e}")),
-            };
-            match decoded {
+            match crate::durable::ops::decode::<T>(bury, Some(json.as_bytes())) {
                 Ok(value) => taken.push(Taken {
                     id: held.id.clone(),
                     schedule: held.tick.is_some().then(|| held.id.clone()),

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::error::Error;
 use super::sql::Statements;
 pub(crate) use crate::durable::ops::{Held, Op, cron_instants};
-use crate::durable::ops::{OpResult, Tick, pending_where_unsettled, settle};
+use crate::durable::ops::{OpResult, Releases, Tick, pending_where_unsettled, settle};
 use crate::durable::store::Applied;
 use crate::durable::wait::Waiter;
 use crate::lock::Lock;
@@ -40,9 +40,9 @@ pub(crate) struct Inner {
     pub(crate) waiter: Waiter,
     /// The latest database clock reading seen (ms since the epoch).
     server_now: AtomicI64,
-    /// Tokens of claims whose reply was lost and that nobody will send
-    /// again: the next claim or finish gives back what they hold.
-    in_doubt: Lock<Vec<Arc<str>>>,
+    /// Claims whose reply was lost and that nobody will send again (as
+    /// `Op::release`s): the next claim or finish gives back what they hold.
+    in_doubt: Lock<Vec<Op>>,
 }
 
 /// How soon a consumer asks again while due entries are locked by another
@@ -113,38 +113,6 @@ impl Attempt {
     }
 }
 
-/// The releases of claims in doubt that a call carries: put back for the
-/// next call unless this one was answered (they are idempotent).
-struct Releases<'a> {
-    inner: &'a Inner,
-    tokens: Vec<Arc<str>>,
-    answered: bool,
-}
-
-impl<'a> Releases<'a> {
-    fn take(inner: &'a Inner) -> Releases<'a> {
-        Releases {
-            inner,
-            tokens: std::mem::take(&mut *inner.in_doubt.lock()),
-            answered: false,
-        }
-    }
-
-    /// The request was answered; how many releases it carried.
-    fn sent(mut self) -> usize {
-        self.answered = true;
-        self.tokens.len()
-    }
-}
-
-impl Drop for Releases<'_> {
-    fn drop(&mut self) {
-        if !self.answered {
-            self.inner.in_doubt.lock().append(&mut self.tokens);
-        }
-    }
-}
-
 impl Inner {
     pub(crate) fn new(
         name: String,
@@ -178,14 +146,14 @@ impl Inner {
         if !attempt.in_doubt {
             return false;
         }
-        self.in_doubt.lock().push(Arc::clone(&attempt.token));
+        self.in_doubt.lock().push(Op::release(&attempt.token, 0));
         true
     }
 
     fn op_arrays(&self, releases: Option<&Releases<'_>>, ops: &[Op]) -> OpArrays {
         let mut arrays = OpArrays::default();
-        for token in releases.map_or(&[][..], |r| &r.tokens[..]) {
-            arrays.push(Op::release(token, 0));
+        for release in releases.iter().flat_map(|r| &r.ops) {
+            arrays.push(release.clone());
         }
         let seen = self.server_now.load(Ordering::Relaxed);
         for op in ops {
@@ -205,7 +173,7 @@ impl Inner {
         max: usize,
         ops: &[Op],
     ) -> Result<Claim, Error> {
-        let releases = Releases::take(self);
+        let releases = Releases::take(&self.in_doubt);
         let recover = attempt.in_doubt;
         attempt.in_doubt = true;
         let arrays = self.op_arrays(Some(&releases), ops);
@@ -292,7 +260,7 @@ impl Inner {
     }
 
     async fn finish_once(&self, ops: &[Op], release: bool) -> Result<Vec<OpResult>, Error> {
-        let releases = release.then(|| Releases::take(self));
+        let releases = release.then(|| Releases::take(&self.in_doubt));
         let arrays = self.op_arrays(releases.as_ref(), ops);
         let row = retry_dead(|| {
             sqlx::query(&self.sql.finish)

@@ -24,7 +24,7 @@ use super::error::Error;
 use super::scripts::{Keys, SCRIPTS};
 use super::wait::Listener;
 pub(crate) use crate::durable::ops::{Held, Op};
-use crate::durable::ops::{OpResult, Tick, pending_where_unsettled, settle};
+use crate::durable::ops::{OpResult, Releases, Tick, pending_where_unsettled, settle};
 pub(crate) use crate::durable::ops::{cron_instants, millis};
 use crate::durable::store::Applied;
 use crate::durable::wait::Waiter;
@@ -45,15 +45,9 @@ pub(crate) struct Inner {
     server_now: AtomicU64,
     /// Claims whose reply was lost and that nobody will send again: the next
     /// claim gives back what they hold.
-    in_doubt: Lock<Vec<Doubt>>,
-}
-
-/// A claim whose reply was lost.
-#[derive(Debug, Clone)]
-pub(crate) struct Doubt {
-    token: Arc<str>,
-    /// A lower bound of the end of the leases it may have been granted.
-    from: i64,
+    /// (As `Op::release`s, each with a lower bound of the end of the
+    /// leases its claim may have been granted.)
+    in_doubt: Lock<Vec<Op>>,
 }
 
 /// An op's arguments, as `scripts/lib/finish.lua` reads them.
@@ -111,45 +105,6 @@ impl Attempt {
         Attempt {
             token: crate::durable::store::new_token(),
             in_doubt: None,
-        }
-    }
-}
-
-/// The releases of claims in doubt that a request carries: put back for the
-/// next request unless this one was answered (they are idempotent).
-struct Releases<'a> {
-    inner: &'a Inner,
-    doubts: Vec<Doubt>,
-    answered: bool,
-}
-
-impl<'a> Releases<'a> {
-    fn take(inner: &'a Inner) -> Releases<'a> {
-        Releases {
-            inner,
-            doubts: std::mem::take(&mut *inner.in_doubt.lock()),
-            answered: false,
-        }
-    }
-
-    fn push_args(&self, invocation: &mut ScriptInvocation<'_>) {
-        for doubt in &self.doubts {
-            let from = u64::try_from(doubt.from).unwrap_or(0);
-            push_op(invocation, &Op::release(&doubt.token, from));
-        }
-    }
-
-    /// The request was answered; how many releases it carried.
-    fn sent(mut self) -> usize {
-        self.answered = true;
-        self.doubts.len()
-    }
-}
-
-impl Drop for Releases<'_> {
-    fn drop(&mut self) {
-        if !self.answered {
-            self.inner.in_doubt.lock().append(&mut self.doubts);
         }
     }
 }
@@ -249,10 +204,8 @@ impl Inner {
         let Some(from) = attempt.in_doubt else {
             return false;
         };
-        self.in_doubt.lock().push(Doubt {
-            token: Arc::clone(&attempt.token),
-            from,
-        });
+        let from = u64::try_from(from).unwrap_or(0);
+        self.in_doubt.lock().push(Op::release(&attempt.token, from));
         true
     }
 
@@ -267,7 +220,7 @@ impl Inner {
         max: usize,
         ops: &[Op],
     ) -> Result<Claim, Error> {
-        let releases = Releases::take(self);
+        let releases = Releases::take(&self.in_doubt);
         let previous = attempt.in_doubt;
         attempt.in_doubt = Some(previous.unwrap_or_else(|| self.recover_bound()));
         let mut invocation = self.script(&SCRIPTS.claim);
@@ -278,8 +231,10 @@ impl Inner {
             .arg(&*attempt.token)
             .arg(previous.unwrap_or(-1))
             .arg(&self.keys.channel)
-            .arg(releases.doubts.len() + ops.len());
-        releases.push_args(&mut invocation);
+            .arg(releases.ops.len() + ops.len());
+        for release in &releases.ops {
+            push_op(&mut invocation, release);
+        }
         for op in ops {
             push_op(&mut invocation, &op.with_cron_instants(self.seen_clock()));
         }
@@ -342,15 +297,15 @@ impl Inner {
     }
 
     async fn finish_once(&self, ops: &[Op], release: bool) -> Result<Vec<OpResult>, Error> {
-        let releases = release.then(|| Releases::take(self));
+        let releases = release.then(|| Releases::take(&self.in_doubt));
         let mut invocation = self.script(&SCRIPTS.finish);
-        let doubts = releases.as_ref().map_or(0, |r| r.doubts.len());
+        let doubts = releases.as_ref().map_or(0, |r| r.ops.len());
         invocation
             .arg(self.max_attempts)
             .arg(&self.keys.channel)
             .arg(doubts + ops.len());
-        if let Some(releases) = &releases {
-            releases.push_args(&mut invocation);
+        for release in releases.iter().flat_map(|r| &r.ops) {
+            push_op(&mut invocation, release);
         }
         for op in ops {
             push_op(&mut invocation, &op.with_cron_instants(self.seen_clock()));

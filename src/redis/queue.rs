@@ -553,13 +553,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 lease_until,
                 bury,
             } = claimed;
-            let decoded = match (bury, json) {
-                (Some(why), _) => Err(why),
-                (None, Some(json)) => serde_json::from_slice::<T>(&json)
-                    .map_err(|e| format!("value does not decode: {e}")),
-                (None, None) => Err("value does not decode: the value is missing".to_owned()),
-            };
-            match decoded {
+            match crate::durable::ops::decode::<T>(bury, json.as_deref()) {
                 Ok(value) => taken.push(make(held, attempt, value, deadline, lease_until)),
                 Err(reason) => {
                     tracing::warn!(queue = %self.inner.name, id = held.id, reason,
