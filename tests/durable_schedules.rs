@@ -903,7 +903,11 @@ common::stores::on_every_store! {
             if let Some(e) = events.iter().find(|e| e.kind == "hang") {
                 break e.clone();
             }
-            assert!(Instant::now() < give_up, "the victim never ran: {events:?}");
+            if Instant::now() >= give_up {
+                victim.kill().unwrap();
+                let (_, out, err) = finish(&mut victim, WAIT);
+                panic!("the victim never ran: {events:?}\n{out}\n{err}");
+            }
             sleep(ms(10)).await;
         };
         victim.kill().unwrap(); // SIGKILL

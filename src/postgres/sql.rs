@@ -1,7 +1,7 @@
 //! The SQL of the store: `sql/schema.sql` (tables and functions, installed
 //! by `build()`) and the calls of its functions, for one schema.
 
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use super::error::Error;
 
@@ -74,11 +74,7 @@ pub(crate) async fn install(pool: &PgPool, schema: &str) -> Result<(), Error> {
             "PostgreSQL 12 or later is needed, the server is version {version}"
         )));
     }
-    let installed: i32 = sqlx::query_scalar(INSTALLED)
-        .bind(schema)
-        .fetch_one(pool)
-        .await?;
-    if installed >= VERSION {
+    if installed(pool.acquire().await?.as_mut(), schema).await? >= VERSION {
         return Ok(());
     }
     let mut tx = pool.begin().await?;
@@ -87,11 +83,7 @@ pub(crate) async fn install(pool: &PgPool, schema: &str) -> Result<(), Error> {
         .execute(&mut *tx)
         .await?;
     // Another process may have installed it while this one waited.
-    let installed: i32 = sqlx::query_scalar(INSTALLED)
-        .bind(schema)
-        .fetch_one(&mut *tx)
-        .await?;
-    if installed < VERSION {
+    if installed(&mut tx, schema).await? < VERSION {
         // An older version's functions may differ in their signatures,
         // which `CREATE OR REPLACE` cannot change: they go first.
         let drop_functions = format!(
@@ -113,9 +105,31 @@ pub(crate) async fn install(pool: &PgPool, schema: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// The version of the tables and functions in schema `$1`: -1 if there are
+/// The version of the tables and functions in `schema`: -1 if there are
 /// none (a newer version than this process's is left alone).
-const INSTALLED: &str = "SELECT CASE WHEN to_regclass(format('%I.meta', $1::text)) IS NULL THEN -1 \
-     ELSE coalesce((xpath('/row/v/text()', query_to_xml( \
-         format('SELECT max(version) AS v FROM %I.meta', $1::text), false, true, '')))[1]::text::int, -1) \
-     END";
+///
+/// The table is looked for in the catalog with the statement's snapshot,
+/// not by `to_regclass`: that reads the session's catalog cache, which
+/// may still remember the table as missing after another process created
+/// it while this one waited for the lock (the session has not yet taken
+/// in the other's invalidations), and the schema would be installed twice,
+/// dropping functions other sessions are running.
+async fn installed(conn: &mut PgConnection, schema: &str) -> Result<i32, Error> {
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 AND c.relname = 'meta')",
+    )
+    .bind(schema)
+    .fetch_one(&mut *conn)
+    .await?;
+    if !exists {
+        return Ok(-1);
+    }
+    // Naming the table locks it, which takes in the invalidations first.
+    let version: Option<i32> =
+        sqlx::query_scalar(&format!("SELECT max(version) FROM \"{schema}\".meta"))
+            .fetch_one(&mut *conn)
+            .await?;
+    Ok(version.unwrap_or(-1))
+}
