@@ -123,6 +123,13 @@ pub trait Sealed {
     /// Whether the request may have run although `error` came back (its
     /// reply was lost).
     fn is_in_doubt(error: &Self::Error) -> bool;
+    /// Whether a worker sends its finishes apart from its claims, each
+    /// beside the other in flight (where a claim that carries no finishes is
+    /// cheaper: on PostgreSQL it commits without waiting for the disk),
+    /// rather than riding with the next claim.
+    fn finishes_apart(&self) -> bool {
+        false
+    }
 
     /// Applies `finished`, then leases up to `max` due entries.
     fn claim(

@@ -33,6 +33,13 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue
         self.inner().lease
     }
 
+    /// Claims commit without waiting for the disk, finishes wait: a claim
+    /// carrying finishes would make the worker's next places wait for a
+    /// flush (drain 1.4x against 1.0x the bench's floor).
+    fn finishes_apart(&self) -> bool {
+        true
+    }
+
     fn poll_interval(&self) -> Duration {
         self.inner().poll_interval
     }

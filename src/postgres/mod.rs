@@ -47,8 +47,10 @@
 //! order with `FOR UPDATE SKIP LOCKED`, so consumers never wait on each
 //! other, and leases them in the same statement: a leased row's `run_at` is
 //! the end of its lease, so a lease that runs out makes the row due again
-//! with nothing to move. A worker's acks travel with its next claim, in the
-//! same transaction.
+//! with nothing to move. A worker keeps one claim and one request of
+//! finishes (acks, retries, dead letters) in flight side by side: a claim
+//! that carries no finishes commits without waiting for the disk (below),
+//! so the places it fills never wait for a flush, while finishes do.
 //!
 //! Waiting consumers of one built handle (and its clones) share one waiter:
 //! the leader sleeps until the head's deadline as the database reported it,
@@ -103,7 +105,21 @@
 //! # Durability
 //!
 //! An insert that returned `Ok` is committed: it survives a crash of the
-//! server under PostgreSQL's default `synchronous_commit = on`.
+//! server under PostgreSQL's default `synchronous_commit = on`, and so do
+//! acks, retries, dead letters, removals, schedules and every other call
+//! that changes what the queue holds.
+//!
+//! A claim that carries no finishes (every `take*` and a worker's claims)
+//! commits with `synchronous_commit = off` for its own transaction: its
+//! reply does not wait for the WAL to reach the disk. A crash of the server
+//! can then forget a claim made in the last moments before it (at most
+//! three times `wal_writer_delay`, 600 ms by default; any later commit on
+//! the server, such as the delivery's own ack, makes it durable first). A
+//! forgotten claim is what an expired lease is: its entries are due again
+//! (the attempt not counted), the delivery's ack reports the lease lost,
+//! and the entry is delivered again. Nothing acked is ever lost or acked
+//! twice; the claim costs one flush less per batch (drain 1.4x against
+//! 1.0x the bench's floor).
 
 mod builder;
 mod delivery;

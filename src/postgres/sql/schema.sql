@@ -30,13 +30,13 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.meta (version integer NOT NULL);
 CREATE SEQUENCE IF NOT EXISTS __SCHEMA__.seq;
 
 CREATE TABLE IF NOT EXISTS __SCHEMA__.entries (
-    queue    text    NOT NULL,
-    id       text    NOT NULL,
+    queue    text    COLLATE "C" NOT NULL,
+    id       text    COLLATE "C" NOT NULL,
     seq      bigint  NOT NULL,
     run_at   bigint,
     value    text    NOT NULL,
     attempt  integer NOT NULL DEFAULT 0,
-    token    text,
+    token    text    COLLATE "C",
     since    bigint,
     deadline bigint,
     tick     bigint,
@@ -55,8 +55,8 @@ CREATE INDEX IF NOT EXISTS entries_dead ON __SCHEMA__.entries (queue, died_at, s
     WHERE run_at IS NULL;
 
 CREATE TABLE IF NOT EXISTS __SCHEMA__.schedules (
-    queue text NOT NULL,
-    name  text NOT NULL,
+    queue text COLLATE "C" NOT NULL,
+    name  text COLLATE "C" NOT NULL,
     rec   text NOT NULL,
     value text NOT NULL,
     PRIMARY KEY (queue, name)
@@ -507,7 +507,9 @@ END $$;
 -- `head`: when the head is due after the claim (NULL: empty queue);
 -- `more`: more entries were due than taken; `locked`: due entries were
 -- skipped, locked by another transaction (`head` is then the first entry
--- not yet due).
+-- not yet due). A claim with no ops commits with synchronous_commit off:
+-- a crash may forget it, and its entries are then due again, as after an
+-- expired lease; with ops (finishes must be durable) it waits as usual.
 CREATE OR REPLACE FUNCTION __SCHEMA__.claim(p_queue text, p_channel text, p_max integer,
     p_lease bigint, p_limit integer, p_token text, p_recover boolean,
     p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[], p_reasons text[],
@@ -526,6 +528,9 @@ DECLARE
     v_next bigint;
     v_found integer := 0;
 BEGIN
+    IF coalesce(cardinality(p_kinds), 0) = 0 THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
     now := __SCHEMA__.now_ms();
     v_lease_end := now + p_lease;
     more := false;
