@@ -472,6 +472,10 @@ BEGIN
         RETURNING o.ord
     )
     SELECT coalesce(array_agg(ord), '{}') INTO v_acked FROM acked;
+    IF cardinality(v_acked) = v_n THEN
+        results := array_fill(1, ARRAY[v_n]);
+        RETURN;
+    END IF;
     FOR i IN 1 .. v_n LOOP
         IF p_kinds[i] = 'a' AND i = ANY (v_acked) THEN
             results[i] := 1;
@@ -528,16 +532,18 @@ DECLARE
     v_next bigint;
     v_found integer := 0;
 BEGIN
-    IF coalesce(cardinality(p_kinds), 0) = 0 THEN
-        PERFORM set_config('synchronous_commit', 'off', true);
-    END IF;
     now := __SCHEMA__.now_ms();
     v_lease_end := now + p_lease;
     more := false;
     locked := false;
-    SELECT f.results, f.cron_from, f.recs INTO results, cron_from, recs
-    FROM __SCHEMA__.finish_all(p_queue, p_channel, p_limit, now, p_kinds, p_ids, p_tokens,
-        p_ms, p_reasons, p_cands) f;
+    IF coalesce(cardinality(p_kinds), 0) = 0 THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+        results := '{}'; cron_from := '{}'; recs := '{}';
+    ELSE
+        SELECT f.results, f.cron_from, f.recs INTO results, cron_from, recs
+        FROM __SCHEMA__.finish_all(p_queue, p_channel, p_limit, now, p_kinds, p_ids,
+            p_tokens, p_ms, p_reasons, p_cands) f;
+    END IF;
     ids := '{}'; vals := '{}'; attempts := '{}'; deadlines := '{}'; lease_ends := '{}';
     schedule_recs := '{}'; whys := '{}';
     IF p_recover THEN
