@@ -9,9 +9,10 @@
 mod common;
 
 use common::pg::PgDb;
+use common::proxy::Proxy;
 use punctual::MissedTicks;
-use punctual::postgres::PgQueue;
 use punctual::postgres::sqlx::postgres::PgPoolOptions;
+use punctual::postgres::{PgQueue, PgStats};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -383,4 +384,104 @@ async fn concurrent_consumers_of_several_handles_take_each_entry_once() {
     want.sort();
     assert_eq!(all, want, "every entry exactly once");
     assert_eq!(producer.stats().await.unwrap(), Default::default());
+}
+
+/// The local server's port (from `PUNCTUAL_PG_URL` or 5432), for a proxy
+/// in front of it; the server must be on this host.
+fn server_port() -> u16 {
+    let url = common::pg::admin_url();
+    let authority = url
+        .split("://")
+        .nth(1)
+        .and_then(|rest| rest.split(['/', '?']).next())
+        .expect("a postgres:// URL");
+    let host_port = authority.rsplit('@').next().unwrap_or(authority);
+    let (host, port) = host_port.rsplit_once(':').unwrap_or((host_port, "5432"));
+    assert!(
+        matches!(host, "127.0.0.1" | "localhost"),
+        "the proxy tests need the server on this host, not {host}"
+    );
+    port.parse().expect("a port")
+}
+
+/// A handle of queue `name` in `schema` whose connections go through
+/// `proxy`.
+async fn through(proxy: &Proxy, db: &PgDb, schema: &str, name: &str) -> PgQueue<u64> {
+    PgQueue::builder(name)
+        .url(&format!(
+            "postgres://postgres@127.0.0.1:{}/{}",
+            proxy.port(),
+            db.name()
+        ))
+        .schema(schema)
+        .lease(Duration::from_secs(30))
+        .poll_interval(Duration::from_millis(100))
+        .build()
+        .await
+        .expect("build through the proxy")
+}
+
+/// A claim whose reply is lost (the link closes after the request reached
+/// the server, which ran it) is sent again with its token and returns what
+/// it leased, found between a lower bound of the lease end and now + the
+/// lease: the entry is delivered once, attempt 1, rather than stuck behind
+/// a lease nobody holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_reply_was_lost_is_sent_again_and_returns_what_it_leased() {
+    let db = PgDb::new();
+    let schema = schema();
+    let direct = open(&db, &schema, "lost-reply").await;
+    let proxy = Proxy::start(server_port());
+    let via = through(&proxy, &db, &schema, "lost-reply").await;
+    // A first claim reads the database's clock: the bound is a real one.
+    assert!(via.try_take().await.unwrap().is_none());
+    direct
+        .insert_with_id("x", &7, Duration::ZERO)
+        .await
+        .unwrap();
+    proxy.cut_after_next_request(Some(b"lost-reply"));
+    let d = tokio::time::timeout(WAIT, via.take())
+        .await
+        .expect("the claim sent again returns what the first one leased")
+        .unwrap();
+    assert!(!proxy.armed(), "the cut did not fire");
+    assert_eq!((d.id(), *d.value(), d.attempt()), ("x", 7, 1));
+    assert_eq!(direct.stats().await.unwrap().leased, 1);
+    assert!(d.ack().await.unwrap());
+    assert_eq!(direct.stats().await.unwrap(), PgStats::default());
+}
+
+/// A `take_timeout` whose claim never hears back (the link went silent
+/// after the server ran it) returns at its timeout, and the handle's next
+/// claim first gives back what that claim leased, without counting the
+/// attempt: the entry is taken again at once, attempt 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_given_up_in_doubt_is_given_back_by_the_next_claim() {
+    let db = PgDb::new();
+    let schema = schema();
+    let direct = open(&db, &schema, "given-up").await;
+    let proxy = Proxy::start(server_port());
+    let via = through(&proxy, &db, &schema, "given-up").await;
+    assert!(via.try_take().await.unwrap().is_none());
+    direct
+        .insert_with_id("y", &8, Duration::ZERO)
+        .await
+        .unwrap();
+    proxy.swallow_replies_after_next_request(Some(b"given-up"));
+    let gave_up = tokio::time::timeout(WAIT, via.take_timeout(Duration::from_millis(500)))
+        .await
+        .expect("take_timeout returns at its timeout while its claim hangs");
+    assert!(gave_up.unwrap().is_none());
+    assert!(!proxy.armed(), "the swallow did not fire");
+    // The server ran the silenced claim: `y` is leased to it.
+    let stats = direct.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.leased), (0, 1), "{stats:?}");
+    let d = via
+        .try_take()
+        .await
+        .unwrap()
+        .expect("given back, then taken again");
+    assert_eq!((d.id(), *d.value(), d.attempt()), ("y", 8, 1));
+    assert!(d.ack().await.unwrap());
+    assert_eq!(direct.stats().await.unwrap(), PgStats::default());
 }

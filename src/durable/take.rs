@@ -41,7 +41,18 @@ pub(crate) async fn take_until<Q: Sealed>(
             None => {
                 // Announcements from here on cut the nap after this claim.
                 kicks.borrow_and_update();
-                let batch = match store.claim(&mut pending.1, max, &[]).await {
+                // A claim past `until` is given up (its reply may be lost on
+                // a link that went silent): `pending` gives back what it
+                // leased.
+                let claim = store.claim(&mut pending.1, max, &[]);
+                let reply = match until {
+                    Some(until) => match tokio::time::timeout_at(until, claim).await {
+                        Ok(reply) => reply,
+                        Err(_) => return Ok(Vec::new()),
+                    },
+                    None => claim.await,
+                };
+                let batch = match reply {
                     Ok(batch) => {
                         backoff.reset();
                         batch

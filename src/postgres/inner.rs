@@ -102,6 +102,10 @@ pub struct Attempt {
     token: Arc<str>,
     /// Set while a sending may have run without its reply reaching us.
     in_doubt: bool,
+    /// A lower bound of the end of the leases a sending may have granted
+    /// (the database's clock seen before the first sending, plus the
+    /// lease): where a resend or a give-back looks for them.
+    from: i64,
 }
 
 impl Attempt {
@@ -109,6 +113,7 @@ impl Attempt {
         Attempt {
             token: crate::durable::store::new_token(),
             in_doubt: false,
+            from: 0,
         }
     }
 }
@@ -146,7 +151,8 @@ impl Inner {
         if !attempt.in_doubt {
             return false;
         }
-        self.in_doubt.lock().push(Op::release(&attempt.token, 0));
+        let from = u64::try_from(attempt.from).unwrap_or(0);
+        self.in_doubt.lock().push(Op::release(&attempt.token, from));
         true
     }
 
@@ -174,7 +180,17 @@ impl Inner {
         ops: &[Op],
     ) -> Result<Claim, Error> {
         let releases = Releases::take(&self.in_doubt);
-        let recover = attempt.in_doubt;
+        let recover = attempt.in_doubt.then_some(attempt.from);
+        if !attempt.in_doubt {
+            // No sending before this one ran: the leases of this one end a
+            // lease after it reaches the database, later than the clock
+            // last seen (less a second, should that clock step back).
+            attempt.from = self
+                .server_now
+                .load(Ordering::Relaxed)
+                .saturating_add(millis(self.lease).max(1))
+                .saturating_sub(1000);
+        }
         attempt.in_doubt = true;
         let arrays = self.op_arrays(Some(&releases), ops);
         let kicks = *self.waiter.kicks().borrow();
@@ -202,7 +218,7 @@ impl Inner {
             Err(error) => {
                 let error = Error::Database(error);
                 if !error.is_in_doubt() {
-                    attempt.in_doubt = recover;
+                    attempt.in_doubt = recover.is_some();
                 }
                 return Err(error);
             }
@@ -267,6 +283,7 @@ impl Inner {
                 .bind(&self.name)
                 .bind(&self.channel)
                 .bind(i32::try_from(self.max_attempts).unwrap_or(i32::MAX))
+                .bind(millis(self.lease).max(1))
                 .bind(&arrays.kinds)
                 .bind(&arrays.ids)
                 .bind(&arrays.tokens)

@@ -46,7 +46,7 @@ impl Statements {
             claim: format!(
                 "SELECT * FROM {s}.claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
             ),
-            finish: format!("SELECT * FROM {s}.finish($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
+            finish: format!("SELECT * FROM {s}.finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"),
             extend: format!("SELECT {s}.extend($1, $2, $3, $4, $5)"),
             stats: format!("SELECT * FROM {s}.stats($1)"),
             dead_letters: format!(

@@ -47,9 +47,11 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.entries (
 -- What claims read: live entries in due order.
 CREATE INDEX IF NOT EXISTS entries_due ON __SCHEMA__.entries (queue, run_at, seq)
     WHERE run_at IS NOT NULL;
--- A claim sent again after its reply was lost finds its leases by token.
-CREATE INDEX IF NOT EXISTS entries_token ON __SCHEMA__.entries (token)
-    WHERE token IS NOT NULL;
+-- (No index on `token`: a claim sent again after its reply was lost, and
+-- the give-back of one given up on, find its leases through entries_due,
+-- between a lower bound of their end the client knows and now + lease.
+-- One index less to write on every claim.)
+DROP INDEX IF EXISTS __SCHEMA__.entries_token;
 -- Dead letters, oldest first.
 CREATE INDEX IF NOT EXISTS entries_dead ON __SCHEMA__.entries (queue, died_at, seq)
     WHERE run_at IS NULL;
@@ -360,14 +362,15 @@ END $$;
 -- never); 'b' bury: to the dead letters with `p_reason`, that delivery not
 -- counted; 'g' give back, due at once in its old place (`p_ms` 1: the
 -- attempt counts, 0: it does not); 'G' gives back, uncounted, every
--- delivery of the claim `p_token`. A tick that leaves its schedule (ack,
+-- delivery of the claim `p_token`, whose leases end at `p_ms` or later
+-- (and by `p_now` + `p_lease`). A tick that leaves its schedule (ack,
 -- dead) gets its successor; `p_cands` are the cron instants for it.
 -- `result`: 1 applied (2: and a failure went to the dead letters), 0 the
 -- lease was lost (nothing changed), -1 the successor needs the cron
 -- instants of `rec` after `cron_from` (nothing changed).
 CREATE OR REPLACE FUNCTION __SCHEMA__.finish_one(p_queue text, p_channel text, p_limit integer,
-    p_now bigint, p_kind text, p_id text, p_token text, p_ms bigint, p_reason text, p_cands text,
-    OUT result integer, OUT cron_from bigint, OUT rec text)
+    p_lease bigint, p_now bigint, p_kind text, p_id text, p_token text, p_ms bigint,
+    p_reason text, p_cands text, OUT result integer, OUT cron_from bigint, OUT rec text)
 LANGUAGE plpgsql AS $$
 DECLARE
     e __SCHEMA__.entries;
@@ -379,9 +382,10 @@ BEGIN
     result := 1;
     IF v_kind = 'G' THEN
         FOR e IN SELECT * FROM __SCHEMA__.entries d
-                 WHERE d.token = p_token AND d.queue = p_queue FOR UPDATE LOOP
-            PERFORM __SCHEMA__.finish_one(p_queue, p_channel, p_limit, p_now, 'g', e.id,
-                p_token, 0, '', '');
+                 WHERE d.queue = p_queue AND d.run_at >= p_ms AND d.run_at <= p_now + p_lease
+                   AND d.token = p_token FOR UPDATE LOOP
+            PERFORM __SCHEMA__.finish_one(p_queue, p_channel, p_limit, p_lease, p_now, 'g',
+                e.id, p_token, 0, '', '');
         END LOOP;
         RETURN;
     END IF;
@@ -445,7 +449,7 @@ END $$;
 -- Applies the ops given as parallel arrays (see finish_one), plain acks (a
 -- worker's usual op) in one statement. One result per op, in order.
 CREATE OR REPLACE FUNCTION __SCHEMA__.finish_all(p_queue text, p_channel text, p_limit integer,
-    p_now bigint, p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[],
+    p_lease bigint, p_now bigint, p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[],
     p_reasons text[], p_cands text[], OUT results integer[], OUT cron_from bigint[],
     OUT recs text[]) LANGUAGE plpgsql AS $$
 DECLARE
@@ -480,8 +484,8 @@ BEGIN
         IF p_kinds[i] = 'a' AND i = ANY (v_acked) THEN
             results[i] := 1;
         ELSE
-            SELECT * INTO v_one FROM __SCHEMA__.finish_one(p_queue, p_channel, p_limit, p_now,
-                p_kinds[i], p_ids[i], p_tokens[i], p_ms[i], p_reasons[i], p_cands[i]) f;
+            SELECT * INTO v_one FROM __SCHEMA__.finish_one(p_queue, p_channel, p_limit, p_lease,
+                p_now, p_kinds[i], p_ids[i], p_tokens[i], p_ms[i], p_reasons[i], p_cands[i]) f;
             results[i] := v_one.result;
             cron_from[i] := v_one.cron_from;
             recs[i] := v_one.rec;
@@ -491,22 +495,23 @@ END $$;
 
 -- FINISH: applies ops (see finish_all) without claiming.
 CREATE OR REPLACE FUNCTION __SCHEMA__.finish(p_queue text, p_channel text, p_limit integer,
-    p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[], p_reasons text[],
+    p_lease bigint, p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[], p_reasons text[],
     p_cands text[], OUT now bigint, OUT results integer[], OUT cron_from bigint[],
     OUT recs text[]) LANGUAGE plpgsql AS $$
 BEGIN
     now := __SCHEMA__.now_ms();
     SELECT f.results, f.cron_from, f.recs INTO results, cron_from, recs
-    FROM __SCHEMA__.finish_all(p_queue, p_channel, p_limit, now, p_kinds, p_ids, p_tokens,
-        p_ms, p_reasons, p_cands) f;
+    FROM __SCHEMA__.finish_all(p_queue, p_channel, p_limit, p_lease, now, p_kinds, p_ids,
+        p_tokens, p_ms, p_reasons, p_cands) f;
 END $$;
 
 -- CLAIM: applies ops (see finish_all), then leases up to `p_max` due
 -- entries, in order, for `p_lease` ms to the claim `p_token`. An entry past
 -- `p_limit` deliveries goes to the dead letters instead (a cron tick is
 -- handed out with a reason to bury it in `whys`: its successor needs the
--- client's cron instants). `p_recover`: the claim is sent again after its
--- reply was lost; what it leased then is returned, if it ran. Rows locked
+-- client's cron instants). `p_recover` (NULL unless): the claim is sent
+-- again after its reply was lost, and its leases end at `p_recover` or
+-- later; what it leased then is returned, if it ran. Rows locked
 -- by other claims are skipped, so claims never wait on each other.
 -- `head`: when the head is due after the claim (NULL: empty queue);
 -- `more`: more entries were due than taken; `locked`: due entries were
@@ -515,7 +520,7 @@ END $$;
 -- a crash may forget it, and its entries are then due again, as after an
 -- expired lease; with ops (finishes must be durable) it waits as usual.
 CREATE OR REPLACE FUNCTION __SCHEMA__.claim(p_queue text, p_channel text, p_max integer,
-    p_lease bigint, p_limit integer, p_token text, p_recover boolean,
+    p_lease bigint, p_limit integer, p_token text, p_recover bigint,
     p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[], p_reasons text[],
     p_cands text[],
     OUT now bigint, OUT head bigint, OUT more boolean, OUT locked boolean,
@@ -541,14 +546,15 @@ BEGIN
         results := '{}'; cron_from := '{}'; recs := '{}';
     ELSE
         SELECT f.results, f.cron_from, f.recs INTO results, cron_from, recs
-        FROM __SCHEMA__.finish_all(p_queue, p_channel, p_limit, now, p_kinds, p_ids,
+        FROM __SCHEMA__.finish_all(p_queue, p_channel, p_limit, p_lease, now, p_kinds, p_ids,
             p_tokens, p_ms, p_reasons, p_cands) f;
     END IF;
     ids := '{}'; vals := '{}'; attempts := '{}'; deadlines := '{}'; lease_ends := '{}';
     schedule_recs := '{}'; whys := '{}';
-    IF p_recover THEN
+    IF p_recover IS NOT NULL THEN
         FOR e IN SELECT * FROM __SCHEMA__.entries d
-                 WHERE d.token = p_token AND d.queue = p_queue
+                 WHERE d.queue = p_queue AND d.run_at >= p_recover
+                   AND d.run_at <= now + p_lease AND d.token = p_token
                  ORDER BY d.deadline, d.seq LOOP
             SELECT s.rec INTO v_rec FROM __SCHEMA__.schedules s
             WHERE e.tick IS NOT NULL AND s.queue = p_queue AND s.name = e.id;
