@@ -87,8 +87,9 @@
 //! been applied, so retry with [`insert_with_id`](PgQueue::insert_with_id)
 //! where a duplicate matters. Consumers handle it for you: a claim whose
 //! reply was lost is sent again with the same token and returns what it
-//! leased, and one given up on is given back by the handle's next claim,
-//! without counting an attempt. `take*` and the worker ride through a
+//! leased, and one given up on (a `take_timeout` whose time ran out while
+//! its claim waited for a reply, a dropped `take`) is given back by the
+//! handle's next claim or finish, without counting an attempt. `take*` and the worker ride through a
 //! restart of the server (with capped back-off, reported through
 //! `tracing`).
 //!
