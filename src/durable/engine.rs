@@ -281,7 +281,10 @@ where
                 }
                 _ = self.kicks.changed(), if waiting => self.due = true,
                 _ = tokio::time::sleep_until(wake), if waiting => self.due = true,
-                _ = tokio::time::sleep_until(linger_until.unwrap_or(now)), if linger_until.is_some() && can_send => {}
+                // (Not while a failed request's pause lasts: nothing is
+                // sent before it ends, and a linger already over would
+                // wake this loop at once, again and again.)
+                _ = tokio::time::sleep_until(linger_until.unwrap_or(now)), if linger_until.is_some() && can_send && retry_at.is_none() => {}
                 _ = tokio::time::sleep_until(retry_at.unwrap_or(now)), if retry_at.is_some() && can_send => {
                     self.failing.retry_at = None;
                 }
@@ -369,6 +372,8 @@ where
             && (self.apart || !(claim || self.claim_out))
             && !self.finished.is_empty();
         if !claim && !finish {
+            // Whatever a linger waited for is gone (a shutdown began, say).
+            self.linger_until = None;
             return;
         }
         // Handlers still run: wait a moment for the ones that end with
