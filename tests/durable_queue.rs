@@ -433,6 +433,29 @@ common::stores::on_every_store! {
         assert!(got.unwrap().is_none());
     }
 
+    /// A timeout shorter than a round trip still takes what is due: the
+    /// claim on its way is not cut at the timeout.
+    #[tokio::test]
+    async fn take_timeout_of_zero_takes_what_is_due() {
+        let store = Store::start();
+        let q: Q<u64> = store.open("take-timeout-zero").await;
+        for n in 0..3u64 {
+            q.insert_with_id(&format!("z{n}"), &n, Duration::ZERO)
+                .await
+                .unwrap();
+        }
+        for n in 0..3u64 {
+            let d = q
+                .take_timeout(Duration::ZERO)
+                .await
+                .unwrap()
+                .expect("a due entry, whatever the timeout");
+            assert_eq!((d.id(), *d.value(), d.attempt()), (format!("z{n}").as_str(), n, 1));
+            assert!(d.ack().await.unwrap());
+        }
+        assert!(q.take_timeout(Duration::ZERO).await.unwrap().is_none());
+    }
+
     #[tokio::test]
     async fn take_timeout_returns_an_entry_that_becomes_due_in_time() {
         let store = Store::start();

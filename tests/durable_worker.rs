@@ -133,6 +133,41 @@ common::stores::on_every_store! {
         assert_eq!((stats.completed, stats.failed, stats.dead), (0, 3, 1));
     }
 
+    /// An error message holding a NUL (which PostgreSQL text cannot store)
+    /// still fails its attempts and dead-letters the entry, and the other
+    /// entries' acks go through: a finish the store refused would otherwise
+    /// be sent again forever, with every later ack riding with it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_error_message_with_a_nul_dead_letters_and_blocks_no_ack() {
+        let store = Store::start();
+        let q = queue(&store, "nul", HOUR, 2).await;
+        let worker = Worker::builder(q.clone())
+            .backoff(Backoff::fixed(ms(10)))
+            .spawn(|job: Job<u64>| async move {
+                if *job.value() == 0 {
+                    Err(format!("bad\0byte {}", job.attempt()))
+                } else {
+                    Ok(())
+                }
+            });
+        q.insert_with_id("bad", &0, Duration::ZERO).await.unwrap();
+        for n in 1..=20u64 {
+            q.insert(&n, Duration::ZERO).await.unwrap();
+        }
+        stats_until(&worker, "dead and done", |s| s.dead == 1 && s.completed == 20).await;
+        let dead = q.dead_letters(10).await.unwrap();
+        assert_eq!(dead.len(), 1);
+        assert_eq!((dead[0].id.as_str(), dead[0].attempts), ("bad", 2));
+        assert!(
+            dead[0].reason.starts_with("bad") && dead[0].reason.ends_with("byte 2"),
+            "{:?}",
+            dead[0].reason
+        );
+        let stats = worker.shutdown(ms(100)).await;
+        assert_eq!((stats.completed, stats.failed, stats.dead), (20, 2, 1));
+        assert_eq!(q.stats().await.unwrap().pending, 0);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_panicking_handler_is_a_failed_attempt_and_the_worker_survives() {
         let store = Store::start();

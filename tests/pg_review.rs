@@ -228,7 +228,7 @@ async fn build_upgrades_an_older_schema_and_leaves_a_newer_one_alone() {
     );
     assert_eq!(
         db.psql(&format!("SELECT max(version) FROM \"{schema}\".meta")),
-        "1"
+        "2"
     );
     // A newer version: this process leaves it as it is.
     db.psql(&format!(
@@ -452,7 +452,7 @@ async fn a_claim_whose_reply_was_lost_is_sent_again_and_returns_what_it_leased()
 }
 
 /// A `take_timeout` whose claim never hears back (the link went silent
-/// after the server ran it) returns at its timeout, and the handle's next
+/// after the server ran it) returns a second after its timeout, and the handle's next
 /// claim first gives back what that claim leased, without counting the
 /// attempt: the entry is taken again at once, attempt 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

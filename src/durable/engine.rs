@@ -147,16 +147,21 @@ pub(super) struct Engine<Q: Durable, H, Fut, E> {
     finished: Vec<Finish<Lease<Q>>>,
     /// The requests in flight: one claim (with finishes) or finishes alone
     /// at a time; where the store finishes apart
-    /// ([`Sealed::finishes_apart`]), a claim and finishes alone side by
-    /// side. One claim at a time: measured against two, it claims larger
-    /// batches (everything that finished while a claim was on its way rides
-    /// with the next one) and drains faster (0.43x against 0.38x the Redis
-    /// bench's poller).
+    /// ([`Sealed::finishes_apart`]), a claim (with no finishes) and
+    /// finishes alone side by side. One claim at a time: measured against
+    /// two on Redis, it claims larger batches (on Redis everything that
+    /// finished while a claim was on its way rides with the next one) and
+    /// drains faster (0.43x against 0.38x the bench's poller).
     requests: FuturesUnordered<Request<Q>>,
     claim_out: bool,
     finish_out: bool,
     /// Whether claims carry no finishes (see `Sealed::finishes_apart`).
     apart: bool,
+    /// The last request of finishes alone failed: where finishes go apart,
+    /// no claim is sent until one succeeds (runs whose finishes cannot be
+    /// applied must not be followed by more), and a claim's success does not
+    /// end their pause.
+    finish_failing: bool,
     /// A claim whose reply was lost: sent again first, to get what it leased.
     resend: Option<Q::Attempt>,
     /// Set while a small request waits for more places (see `LINGER`).
@@ -211,6 +216,7 @@ where
             claim_out: false,
             finish_out: false,
             apart,
+            finish_failing: false,
             resend: None,
             linger_until: None,
             extension: None,
@@ -360,8 +366,16 @@ where
         let room = self
             .concurrency
             .saturating_sub(self.runs.len() + self.prefetched.len());
+        // Where finishes go apart, not beside a request of finishes that
+        // failed last (its runs' outcomes are not applied yet); else not
+        // beside any request.
+        let other_ok = if self.apart {
+            !self.finish_failing
+        } else {
+            !self.finish_out
+        };
         let claim = !self.claim_out
-            && (self.apart || !self.finish_out)
+            && other_ok
             && self.stopping.is_none()
             && (self.resend.is_some()
                 || (room > 0
@@ -482,8 +496,14 @@ where
             Reply::Finish { result, sent } => {
                 self.finish_out = false;
                 match result {
-                    Ok(done) => self.settled(&sent, &done),
-                    Err(error) => self.failed_request(&error, sent),
+                    Ok(done) => {
+                        self.finish_failing = false;
+                        self.settled(&sent, &done);
+                    }
+                    Err(error) => {
+                        self.finish_failing = true;
+                        self.failed_request(&error, sent);
+                    }
                 }
             }
         }
@@ -746,7 +766,7 @@ where
         }
         if pending {
             self.failing.fail();
-        } else {
+        } else if !(self.apart && self.finish_failing) {
             self.failing.reset();
         }
     }

@@ -11,6 +11,10 @@ use super::store::{Sealed, Taken};
 use super::wait::Backoff;
 use crate::queue::deadline_after;
 
+/// How long past a take's `until` a claim in flight may stay unanswered
+/// before the take gives it up.
+const GIVE_UP_CLAIM_AFTER: Duration = Duration::from_secs(1);
+
 /// Waits until an entry is due, then takes between 1 and `max` due entries
 /// in one claim; with `until`, gives up then with an empty vector. Errors a
 /// retry can fix are retried with capped back-off and reported through
@@ -41,12 +45,19 @@ pub(crate) async fn take_until<Q: Sealed>(
             None => {
                 // Announcements from here on cut the nap after this claim.
                 kicks.borrow_and_update();
-                // A claim past `until` is given up (its reply may be lost on
-                // a link that went silent): `pending` gives back what it
-                // leased.
+                // A claim still unanswered well after `until` is given up
+                // (its reply may be lost on a link that went silent):
+                // `pending` gives back what it leased. Not at `until`
+                // itself: a short timeout would then never take anything,
+                // and the give-back could reach the store before the claim.
                 let claim = store.claim(&mut pending.1, max, &[]);
                 let reply = match until {
-                    Some(until) => match tokio::time::timeout_at(until, claim).await {
+                    Some(until) => match tokio::time::timeout_at(
+                        deadline_after(until, GIVE_UP_CLAIM_AFTER),
+                        claim,
+                    )
+                    .await
+                    {
                         Ok(reply) => reply,
                         Err(_) => return Ok(Vec::new()),
                     },

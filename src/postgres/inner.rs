@@ -66,7 +66,13 @@ impl OpArrays {
         self.ids.push(op.id);
         self.tokens.push(op.token.to_string());
         self.ms.push(i64::try_from(op.ms).unwrap_or(i64::MAX));
-        self.reasons.push(op.reason);
+        // PostgreSQL text cannot hold NUL: a reason carrying one (a
+        // handler's error message) would fail every finish sent with it.
+        self.reasons.push(if op.reason.contains('\0') {
+            op.reason.replace('\0', "\u{fffd}")
+        } else {
+            op.reason
+        });
         self.cands.push(op.cands);
     }
 }

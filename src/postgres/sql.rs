@@ -7,7 +7,7 @@ use super::error::Error;
 
 /// The version of `sql/schema.sql`; `build()` installs it when the
 /// schema's `meta` table holds an older one.
-const VERSION: i32 = 1;
+const VERSION: i32 = 2;
 
 const SCHEMA: &str = include_str!("sql/schema.sql");
 
@@ -78,6 +78,11 @@ pub(crate) async fn install(pool: &PgPool, schema: &str) -> Result<(), Error> {
         return Ok(());
     }
     let mut tx = pool.begin().await?;
+    // Read committed whatever the database's default: the check after the
+    // lock must see what another process committed while this one waited.
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .execute(&mut *tx)
+        .await?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('punctual schema'), hashtext($1))")
         .bind(schema)
         .execute(&mut *tx)

@@ -363,7 +363,7 @@ END $$;
 -- counted; 'g' give back, due at once in its old place (`p_ms` 1: the
 -- attempt counts, 0: it does not); 'G' gives back, uncounted, every
 -- delivery of the claim `p_token`, whose leases end at `p_ms` or later
--- (and by `p_now` + `p_lease`). A tick that leaves its schedule (ack,
+-- (and by `p_now` + `p_lease`, give or take a second of clock steps). A tick that leaves its schedule (ack,
 -- dead) gets its successor; `p_cands` are the cron instants for it.
 -- `result`: 1 applied (2: and a failure went to the dead letters), 0 the
 -- lease was lost (nothing changed), -1 the successor needs the cron
@@ -382,8 +382,9 @@ BEGIN
     result := 1;
     IF v_kind = 'G' THEN
         FOR e IN SELECT * FROM __SCHEMA__.entries d
-                 WHERE d.queue = p_queue AND d.run_at >= p_ms AND d.run_at <= p_now + p_lease
-                   AND d.token = p_token FOR UPDATE LOOP
+                 WHERE d.queue = p_queue AND d.run_at >= p_ms
+                   AND d.run_at <= p_now + p_lease + 1000 AND d.token = p_token
+                 FOR UPDATE LOOP
             PERFORM __SCHEMA__.finish_one(p_queue, p_channel, p_limit, p_lease, p_now, 'g',
                 e.id, p_token, 0, '', '');
         END LOOP;
@@ -519,6 +520,8 @@ END $$;
 -- not yet due). A claim with no ops commits with synchronous_commit off:
 -- a crash may forget it, and its entries are then due again, as after an
 -- expired lease; with ops (finishes must be durable) it waits as usual.
+-- (The setting is local to the transaction: a caller that runs claim inside
+-- a transaction of its own turns it off for that whole transaction.)
 CREATE OR REPLACE FUNCTION __SCHEMA__.claim(p_queue text, p_channel text, p_max integer,
     p_lease bigint, p_limit integer, p_token text, p_recover bigint,
     p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[], p_reasons text[],
@@ -555,7 +558,7 @@ BEGIN
     IF p_recover IS NOT NULL THEN
         FOR e IN SELECT * FROM __SCHEMA__.entries d
                  WHERE d.queue = p_queue AND d.run_at >= p_recover
-                   AND d.run_at <= now + p_lease AND d.token = p_token
+                   AND d.run_at <= now + p_lease + 1000 AND d.token = p_token
                  ORDER BY d.deadline, d.seq LOOP
             SELECT s.rec INTO v_rec FROM __SCHEMA__.schedules s
             WHERE e.tick IS NOT NULL AND s.queue = p_queue AND s.name = e.id;
