@@ -47,6 +47,10 @@ use super::store::{Applied, Batch, Finish, MAX_CLAIM, Outcome, Sealed, Taken};
 use super::worker::Counters;
 use crate::queue::deadline_after;
 
+mod heartbeat;
+
+use heartbeat::Extension;
+
 /// How long a request waits, while handlers still run, for more of them to
 /// end: handlers that end together then share one round trip (and one
 /// commit, on PostgreSQL) instead of one each. A place freed by a handler
@@ -101,12 +105,6 @@ struct Prefetched<T, L> {
     valid_until: Instant,
 }
 
-/// Who holds a lease the engine extends.
-enum Holder {
-    Run(Id),
-    Prefetched(u64),
-}
-
 type Request<Q> = Pin<Box<dyn Future<Output = Reply<Q>> + Send>>;
 
 enum Reply<Q: Sealed> {
@@ -122,9 +120,6 @@ enum Reply<Q: Sealed> {
         sent: Vec<Finish<Lease<Q>>>,
     },
 }
-
-type Extension<Q> =
-    Pin<Box<dyn Future<Output = (Result<Vec<bool>, StoreError<Q>>, Vec<Holder>, Instant)> + Send>>;
 
 pub(super) struct Engine<Q: Durable, H, Fut, E> {
     queue: Q,
@@ -663,79 +658,6 @@ where
                 outcome: Outcome::GiveBack { counted: false },
                 resent: false,
             });
-        }
-    }
-
-    /// Extends every held lease in one request; first drops the runs whose
-    /// lease may have run out (the store could not be reached in time).
-    fn heartbeat(&mut self) {
-        let now = Instant::now();
-        let overdue: Vec<Id> = self
-            .runs
-            .iter()
-            .filter(|(_, run)| run.state == RunState::Running && run.valid_until <= now)
-            .map(|(task, _)| *task)
-            .collect();
-        for task in overdue {
-            self.drop_run(task, "its lease may have run out");
-        }
-        let mut holders = Vec::new();
-        let mut leases = Vec::new();
-        for (task, run) in &self.runs {
-            if run.state == RunState::Running {
-                holders.push(Holder::Run(*task));
-                leases.push(run.lease.clone());
-            }
-        }
-        for entry in &self.prefetched {
-            holders.push(Holder::Prefetched(entry.seq));
-            leases.push(entry.taken.lease.clone());
-        }
-        if leases.is_empty() {
-            return;
-        }
-        let queue = self.queue.clone();
-        let lease = self.lease;
-        self.extension = Some(Box::pin(async move {
-            let sent_at = Instant::now();
-            (queue.extend(&leases, lease).await, holders, sent_at)
-        }));
-    }
-
-    /// Records the extension's answer: held leases are good until a lease
-    /// after it was sent; the others' holders are dropped.
-    fn extended(
-        &mut self,
-        result: Result<Vec<bool>, StoreError<Q>>,
-        holders: Vec<Holder>,
-        sent_at: Instant,
-    ) {
-        let held = match result {
-            Ok(held) => held,
-            Err(error) => {
-                // The next beat tries again; the leases run on until then.
-                tracing::warn!(queue = self.name, %error,
-                    "could not extend the leases of running jobs");
-                return;
-            }
-        };
-        let valid_until = deadline_after(sent_at, self.lease);
-        for (holder, held) in holders.into_iter().zip(held) {
-            match (holder, held) {
-                (Holder::Run(task), true) => {
-                    if let Some(run) = self.runs.get_mut(&task) {
-                        run.valid_until = valid_until;
-                    }
-                }
-                (Holder::Run(task), false) => self.drop_run(task, "an extension found it lost"),
-                (Holder::Prefetched(seq), true) => {
-                    if let Some(entry) = self.prefetched.iter_mut().find(|e| e.seq == seq) {
-                        entry.valid_until = valid_until;
-                    }
-                }
-                // Lost before it started: it is simply not run.
-                (Holder::Prefetched(seq), false) => self.prefetched.retain(|e| e.seq != seq),
-            }
         }
     }
 

@@ -1,0 +1,108 @@
+//! Lease extension for the engine: one request extends every lease the
+//! worker holds (running handlers and prefetched entries), a third of a
+//! lease apart; a holder whose lease is found lost, or may have run out
+//! while the store could not be reached, is dropped.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use tokio::task::Id;
+use tokio::time::Instant;
+
+use super::{Engine, RunState, StoreError};
+use crate::durable::Durable;
+use crate::durable::job::Job;
+use crate::queue::deadline_after;
+
+/// Who holds a lease the engine extends.
+pub(super) enum Holder {
+    Run(Id),
+    Prefetched(u64),
+}
+
+/// The extension in flight: whether each lease was still held, for whom,
+/// and when it was sent.
+pub(super) type Extension<Q> =
+    Pin<Box<dyn Future<Output = (Result<Vec<bool>, StoreError<Q>>, Vec<Holder>, Instant)> + Send>>;
+
+impl<Q, H, Fut, E> Engine<Q, H, Fut, E>
+where
+    Q: Durable,
+    H: Fn(Job<Q::Item>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: fmt::Display + Send + 'static,
+{
+    /// Extends every held lease in one request; first drops the runs whose
+    /// lease may have run out (the store could not be reached in time).
+    pub(super) fn heartbeat(&mut self) {
+        let now = Instant::now();
+        let overdue: Vec<Id> = self
+            .runs
+            .iter()
+            .filter(|(_, run)| run.state == RunState::Running && run.valid_until <= now)
+            .map(|(task, _)| *task)
+            .collect();
+        for task in overdue {
+            self.drop_run(task, "its lease may have run out");
+        }
+        let mut holders = Vec::new();
+        let mut leases = Vec::new();
+        for (task, run) in &self.runs {
+            if run.state == RunState::Running {
+                holders.push(Holder::Run(*task));
+                leases.push(run.lease.clone());
+            }
+        }
+        for entry in &self.prefetched {
+            holders.push(Holder::Prefetched(entry.seq));
+            leases.push(entry.taken.lease.clone());
+        }
+        if leases.is_empty() {
+            return;
+        }
+        let queue = self.queue.clone();
+        let lease = self.lease;
+        self.extension = Some(Box::pin(async move {
+            let sent_at = Instant::now();
+            (queue.extend(&leases, lease).await, holders, sent_at)
+        }));
+    }
+
+    /// Records the extension's answer: held leases are good until a lease
+    /// after it was sent; the others' holders are dropped.
+    pub(super) fn extended(
+        &mut self,
+        result: Result<Vec<bool>, StoreError<Q>>,
+        holders: Vec<Holder>,
+        sent_at: Instant,
+    ) {
+        let held = match result {
+            Ok(held) => held,
+            Err(error) => {
+                // The next beat tries again; the leases run on until then.
+                tracing::warn!(queue = self.name, %error,
+                    "could not extend the leases of running jobs");
+                return;
+            }
+        };
+        let valid_until = deadline_after(sent_at, self.lease);
+        for (holder, held) in holders.into_iter().zip(held) {
+            match (holder, held) {
+                (Holder::Run(task), true) => {
+                    if let Some(run) = self.runs.get_mut(&task) {
+                        run.valid_until = valid_until;
+                    }
+                }
+                (Holder::Run(task), false) => self.drop_run(task, "an extension found it lost"),
+                (Holder::Prefetched(seq), true) => {
+                    if let Some(entry) = self.prefetched.iter_mut().find(|e| e.seq == seq) {
+                        entry.valid_until = valid_until;
+                    }
+                }
+                // Lost before it started: it is simply not run.
+                (Holder::Prefetched(seq), false) => self.prefetched.retain(|e| e.seq != seq),
+            }
+        }
+    }
+}
