@@ -174,6 +174,8 @@ common::stores::on_every_store! {
             })
             .collect();
         assert_eq!(dead.len(), dead_count().await);
+        let s = producer.stats().await.unwrap();
+        assert_eq!((s.pending, s.leased, s.dead), (0, 0, dead.len() as u64), "{s:?}");
         let l = ledger.lock().unwrap();
         eprintln!(
             "{STORE}: {} acked, {} dead, {completed} completed by the workers",
@@ -193,7 +195,5 @@ common::stores::on_every_store! {
         assert_eq!(completed, l.oks.len() as u64);
         let peak = peak.load(Ordering::SeqCst);
         assert!(peak <= CONCURRENCY, "a worker ran {peak} handlers at once");
-        let s = producer.stats().await.unwrap();
-        assert_eq!((s.pending, s.leased, s.dead), (0, 0, dead.len() as u64), "{s:?}");
     }
 }
