@@ -17,7 +17,7 @@ use common::wait::{
 };
 use punctual::MissedTicks;
 use punctual::durable::{Backoff, Job, ScheduleInfo, Worker};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -992,17 +992,24 @@ common::stores::on_every_store! {
             "{} ran while its tick was held",
             hung.schedule
         );
-        // Only what the victim held ran twice.
-        let victims: BTreeSet<(String, u64)> = events
-            .iter()
-            .filter(|e| e.replica == "replica-victim")
-            .map(|e| (e.schedule.clone(), e.instant))
-            .collect();
+        // Only what the victim held ran twice: a tick delivered again had
+        // its first delivery nowhere but in the victim (which may have been
+        // killed between its claim and its handler's first log line), and
+        // came back only once that lease had run out.
         for ((name, instant), run) in &done {
             if run.2 != 1 {
+                let elsewhere_first = events.iter().any(|e| {
+                    e.kind == "start"
+                        && e.schedule == *name
+                        && e.instant == *instant
+                        && e.attempt == 1
+                        && e.replica != "replica-victim"
+                });
+                assert!(!elsewhere_first, "{name}@{instant}: {run:?}");
                 assert!(
-                    victims.contains(&(name.clone(), *instant)),
-                    "{name}@{instant}: {run:?}"
+                    run.0 >= killed_at + 500,
+                    "{name}@{instant} delivered again {} ms after the kill, lease {REPLICA_LEASE:?}: {run:?}",
+                    run.0.saturating_sub(killed_at)
                 );
             }
         }
