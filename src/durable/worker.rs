@@ -33,9 +33,11 @@ use super::job::Job;
 /// leases are events.
 ///
 /// The worker claims in batches, as many entries as it has free places (an
-/// entry it could not start at once is left to another replica), and sends
-/// the outcomes of finished runs with its next claim: one round trip per
-/// batch when busy.
+/// entry it could not start at once is left to another replica). On Redis
+/// it sends the outcomes of finished runs with its next claim, one round
+/// trip per batch when busy; on PostgreSQL it sends them in a request of
+/// their own beside the next claim, so that the claim need not wait for the
+/// disk.
 ///
 /// Dropping the `Worker` detaches it: it keeps running on the runtime.
 /// [`shutdown`](Self::shutdown) stops it.
