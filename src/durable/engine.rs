@@ -397,48 +397,42 @@ where
             }
         }
         self.linger_until = None;
-        let queue = self.queue.clone();
-        let sent = std::mem::take(&mut self.finished);
         if claim {
             let mut attempt = self
                 .resend
                 .take()
                 .unwrap_or_else(|| self.queue.new_attempt());
             self.kicks.borrow_and_update();
-            let (rides, alone) = if self.apart {
-                (Vec::new(), sent)
+            // Apart, the finishes go alone (below); else they ride here, and
+            // `finish` is false.
+            let sent = if self.apart {
+                Vec::new()
             } else {
-                (sent, Vec::new())
+                std::mem::take(&mut self.finished)
             };
             self.claim_out = true;
-            let queue = queue.clone();
+            let queue = self.queue.clone();
             self.requests.push(Box::pin(async move {
                 let sent_at = Instant::now();
-                let result = queue.claim(&mut attempt, room, &rides).await;
+                let result = queue.claim(&mut attempt, room, &sent).await;
                 Reply::Claim {
                     result,
                     attempt,
-                    sent: rides,
+                    sent,
                     asked: room,
                     sent_at,
                 }
             }));
-            if alone.is_empty() {
-                return;
-            }
-            self.finished = alone;
-            if !finish {
-                return;
-            }
-        } else {
-            self.finished = sent;
         }
-        let sent = std::mem::take(&mut self.finished);
-        self.finish_out = true;
-        self.requests.push(Box::pin(async move {
-            let result = queue.finish(&sent).await;
-            Reply::Finish { result, sent }
-        }));
+        if finish {
+            let sent = std::mem::take(&mut self.finished);
+            self.finish_out = true;
+            let queue = self.queue.clone();
+            self.requests.push(Box::pin(async move {
+                let result = queue.finish(&sent).await;
+                Reply::Finish { result, sent }
+            }));
+        }
     }
 
     fn replied(&mut self, reply: Reply<Q>) {
