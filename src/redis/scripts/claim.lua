@@ -60,17 +60,20 @@ local n = math.min(#due / 2, max)
 if n == 0 then return reply({}) end
 
 -- Reads first: a key of another type fails here, before any write.
-local fields = {}
+local fields, ids = {}, {}
 for i = 1, n do
   local id = string.sub(due[2 * i - 1], 17)
+  ids[i] = id
   fields[2 * i - 1], fields[2 * i] = 'm:' .. id, 'v:' .. id
 end
 local got = redis.call('HMGET', ENTRIES, unpack(fields))
 local lease_until = now + lease
+-- Formatted once: a number passed to redis.call is printed with %.17g.
+local lease_arg = int(lease_until)
 local items, leases, records, members, burying = {}, {}, {}, {}, {}
 for i = 1, n do
   local member, score = due[2 * i - 1], tonumber(due[2 * i])
-  local id = string.sub(member, 17)
+  local id = ids[i]
   local e = parse(got[2 * i - 1]) or {attempt = 0, token = ''}
   e.member = member
   local rec = e.tick and redis.call('HGET', SCHEDULES, id)
@@ -85,11 +88,11 @@ for i = 1, n do
       why = 'not acked after ' .. limit .. ' deliveries'
     end
     e.token, e.since = token, now
-    leases[#leases + 1] = lease_until
+    leases[#leases + 1] = lease_arg
     leases[#leases + 1] = id
-    records[#records + 1] = 'm:' .. id
+    records[#records + 1] = fields[2 * i - 1]
     records[#records + 1] = record(e)
-    members[#members + 1] = lease_until
+    members[#members + 1] = lease_arg
     members[#members + 1] = member
     items[#items + 1] = item(id, got[2 * i], e, lease_until, rec, why)
   end

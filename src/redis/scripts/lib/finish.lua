@@ -102,7 +102,7 @@ local function finish_all(at, n, now, limit, channel)
       if token ~= '' and record.token == token then
         members[#members + 1] = record.member
         ids[#ids + 1] = id
-        gone[#gone + 1] = 'm:' .. id
+        gone[#gone + 1] = fields[i + 1]
         gone[#gone + 1] = 'v:' .. id
         results[i + 1] = 1
       else
