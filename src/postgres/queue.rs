@@ -217,7 +217,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         ms: i64,
     ) -> Result<(bool, String), Error> {
         let json = serde_json::to_string(value).map_err(Error::Encode)?;
-        let row = sqlx::query(&self.inner.sql.insert)
+        let made: Option<String> = sqlx::query_scalar(&self.inner.sql.insert)
             .bind(&self.inner.name)
             .bind(&self.inner.channel)
             .bind(id)
@@ -226,7 +226,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             .bind(ms)
             .fetch_one(executor)
             .await?;
-        Ok((row.try_get("inserted")?, row.try_get("id")?))
+        // NULL: the caller's id was taken.
+        Ok(match made {
+            Some(id) => (true, id),
+            None => (false, id.unwrap_or_default().to_owned()),
+        })
     }
 
     /// Deletes the entry `id`, pending, leased or dead (`true` if it was

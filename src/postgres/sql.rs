@@ -7,7 +7,7 @@ use super::error::Error;
 
 /// The version of `sql/schema.sql`; `build()` installs it when the
 /// schema's `meta` table holds an older one.
-const VERSION: i32 = 2;
+const VERSION: i32 = 3;
 
 const SCHEMA: &str = include_str!("sql/schema.sql");
 
@@ -36,7 +36,7 @@ impl Statements {
     pub(crate) fn new(schema: &str) -> Statements {
         let s = format!("\"{schema}\"");
         Statements {
-            insert: format!("SELECT inserted, id FROM {s}.insert($1, $2, $3, $4, $5, $6)"),
+            insert: format!("SELECT {s}.insert($1, $2, $3, $4, $5, $6)"),
             insert_many: format!("SELECT {s}.insert_many($1, $2, $3, $4)"),
             remove: format!("SELECT {s}.remove($1, $2, $3)"),
             reset: format!("SELECT {s}.reset($1, $2, $3, $4)"),

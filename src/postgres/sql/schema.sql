@@ -103,32 +103,38 @@ BEGIN
 END $$;
 
 -- INSERT: a new pending entry due at `p_ms` (`p_absolute`) or `p_ms` from
--- now. `p_id` NULL: an id '#<seq>' is made. Nothing changes if the id is
--- taken (pending, leased or dead).
+-- now. `p_id` NULL: an id '#<seq>' is made. Returns the entry's id, or NULL
+-- if `p_id` is taken (pending, leased or dead; nothing changes then).
+-- (The hottest call of a producer: the clock, head() and announce() are
+-- inline, and it returns a scalar, so it is called in a SELECT list.)
 CREATE OR REPLACE FUNCTION __SCHEMA__.insert(p_queue text, p_channel text, p_id text,
-    p_value text, p_absolute boolean, p_ms bigint, OUT inserted boolean, OUT id text)
+    p_value text, p_absolute boolean, p_ms bigint) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_at bigint := CASE WHEN p_absolute THEN p_ms ELSE __SCHEMA__.now_ms() + p_ms END;
+    v_at bigint := CASE WHEN p_absolute THEN p_ms
+        ELSE floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint + p_ms END;
     v_old_head bigint;
     v_seq bigint;
+    v_id text;
 BEGIN
-    -- head() and announce() inline: the hottest call of a producer.
     SELECT e.run_at INTO v_old_head FROM __SCHEMA__.entries e
     WHERE e.queue = p_queue AND e.run_at IS NOT NULL ORDER BY e.run_at, e.seq LIMIT 1;
     LOOP
         v_seq := nextval('__SCHEMA__.seq');
-        id := coalesce(p_id, '#' || v_seq);
+        v_id := coalesce(p_id, '#' || v_seq);
         INSERT INTO __SCHEMA__.entries AS e (queue, id, seq, run_at, value)
-        VALUES (p_queue, id, v_seq, v_at, p_value)
+        VALUES (p_queue, v_id, v_seq, v_at, p_value)
         ON CONFLICT DO NOTHING;
-        inserted := FOUND;
+        EXIT WHEN FOUND;
         -- A made id taken by a caller's own id: make another.
-        EXIT WHEN inserted OR p_id IS NOT NULL;
+        IF p_id IS NOT NULL THEN
+            RETURN NULL;
+        END IF;
     END LOOP;
-    IF inserted AND (v_old_head IS NULL OR v_at < v_old_head) THEN
+    IF v_old_head IS NULL OR v_at < v_old_head THEN
         PERFORM pg_notify(p_channel, v_at::text);
     END IF;
+    RETURN v_id;
 END $$;
 
 -- INSERT_MANY: new pending entries, `p_ms[i]` from now, ids '#<seq>' in
