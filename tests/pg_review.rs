@@ -244,6 +244,29 @@ async fn build_upgrades_an_older_schema_and_leaves_a_newer_one_alone() {
     );
 }
 
+/// As on Redis, a zero poll interval is taken as 1 ms: no panic, and a
+/// waiting consumer still gets what is inserted.
+#[tokio::test]
+async fn a_zero_poll_interval_is_taken_as_one_millisecond() {
+    let db = PgDb::new();
+    let schema = schema();
+    let q: PgQueue<u64> = PgQueue::builder("zero-poll")
+        .url(&db.url())
+        .schema(&schema)
+        .poll_interval(Duration::ZERO)
+        .build()
+        .await
+        .expect("build");
+    let taker = tokio::spawn({
+        let q = q.clone();
+        async move { q.take_timeout(WAIT).await }
+    });
+    q.insert(&7, Duration::from_millis(20)).await.unwrap();
+    let got = taker.await.unwrap().unwrap().expect("taken before the timeout");
+    assert_eq!(*got.value(), 7);
+    assert!(got.ack().await.unwrap());
+}
+
 #[tokio::test]
 async fn far_future_times_and_huge_leases_do_not_overflow() {
     let db = PgDb::new();
