@@ -703,6 +703,36 @@ common::stores::on_every_store! {
         assert_eq!((entries(stats), stats.dead), (1, 1));
     }
 
+    /// A dead tick's id is `<name>@<instant>`, with a name over 480 bytes
+    /// cut to 480 at a character boundary: it stays a valid id (at most 512
+    /// bytes), so the dead letter can be requeued and removed.
+    #[tokio::test]
+    async fn the_dead_tick_of_a_schedule_with_a_512_byte_name_keeps_to_the_id_rules() {
+        let store = Store::start();
+        let q = queue(&store, "long-name", ms(300), 1).await;
+        // 'a', 170 three-byte characters, 'b': 512 bytes; byte 480 falls
+        // inside a character.
+        let name = format!("a{}b", "€".repeat(170));
+        assert_eq!(name.len(), 512);
+        q.schedule_every(&name, ms(1000), MissedTicks::Skip, &5)
+            .await
+            .unwrap();
+        let d = within("take", q.take()).await.unwrap();
+        let instant = ms_of(d.deadline());
+        drop(d);
+        sleep(ms(400)).await;
+        assert!(q.try_take().await.unwrap().is_none());
+        let dead = q.dead_letters(10).await.unwrap();
+        assert_eq!(dead.len(), 1);
+        let prefix = format!("a{}", "€".repeat(159));
+        assert_eq!(prefix.len(), 478);
+        assert_eq!(dead[0].id, format!("{prefix}@{instant}"));
+        assert!(q.requeue_dead(&dead[0].id, HOUR).await.unwrap());
+        assert!(q.remove(&dead[0].id).await.unwrap());
+        assert_eq!(q.stats().await.unwrap().dead, 0);
+        assert_eq!(next_tick(&q, &name).await, instant + 1000);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn requeue_dead_of_a_buried_tick_inserts_a_one_off_entry_under_its_id() {
         let store = Store::start();

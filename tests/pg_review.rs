@@ -262,7 +262,11 @@ async fn a_zero_poll_interval_is_taken_as_one_millisecond() {
         async move { q.take_timeout(WAIT).await }
     });
     q.insert(&7, Duration::from_millis(20)).await.unwrap();
-    let got = taker.await.unwrap().unwrap().expect("taken before the timeout");
+    let got = taker
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("taken before the timeout");
     assert_eq!(*got.value(), 7);
     assert!(got.ack().await.unwrap());
 }

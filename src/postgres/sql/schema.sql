@@ -56,6 +56,13 @@ DROP INDEX IF EXISTS __SCHEMA__.entries_token;
 CREATE INDEX IF NOT EXISTS entries_dead ON __SCHEMA__.entries (queue, died_at, seq)
     WHERE run_at IS NULL;
 
+-- Tokens of claims their handle gave up on ('G'), for an hour: such a claim
+-- still on its way leases nothing when it lands.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.given_up (
+    token text COLLATE "C" PRIMARY KEY,
+    at    bigint NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS __SCHEMA__.schedules (
     queue text COLLATE "C" NOT NULL,
     name  text COLLATE "C" NOT NULL,
@@ -172,10 +179,11 @@ BEGIN
     IF array_length(v_done, 1) IS DISTINCT FROM v_n THEN
         FOR i IN 1 .. v_n LOOP
             CONTINUE WHEN v_seqs[i] = ANY (v_done);
+            -- A new id, the same place in the batch's order.
             LOOP
                 v_seq := nextval('__SCHEMA__.seq');
                 INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value)
-                VALUES (p_queue, '#' || v_seq, v_seq, v_now + p_ms[i], p_values[i])
+                VALUES (p_queue, '#' || v_seq, v_seqs[i], v_now + p_ms[i], p_values[i])
                 ON CONFLICT DO NOTHING;
                 EXIT WHEN FOUND;
             END LOOP;
@@ -205,6 +213,9 @@ BEGIN
         -- this waits for it, then deletes the successor.
         RETURN v_found OR FOUND;
     END IF;
+    -- A schedule's row before its tick, in the order schedule() and
+    -- unschedule lock them: a remove racing either never deadlocks.
+    PERFORM 1 FROM __SCHEMA__.schedules s WHERE s.queue = p_queue AND s.name = p_id FOR UPDATE;
     DELETE FROM __SCHEMA__.entries e WHERE e.queue = p_queue AND e.id = p_id
     RETURNING e.tick IS NOT NULL INTO v_tick;
     IF v_tick IS NULL THEN
@@ -317,9 +328,10 @@ END $$;
 -- entry (attempt 0) with the schedule's value, in place of the tick that
 -- leaves (updated in place, so a statement waiting on that row's lock, an
 -- upsert or an unschedule, finds the successor); or deletes it when `p_at`
--- is NULL (no instant left) or the schedule is gone.
+-- is NULL (no instant left) or the schedule is gone. Returns false, having
+-- changed nothing, if the name is held by an entry that is not a tick.
 CREATE OR REPLACE FUNCTION __SCHEMA__.place_tick(p_queue text, p_channel text, p_name text,
-    p_at bigint) RETURNS void LANGUAGE plpgsql AS $$
+    p_at bigint) RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
     v_old_head bigint := __SCHEMA__.head(p_queue);
 BEGIN
@@ -329,22 +341,30 @@ BEGIN
         FROM __SCHEMA__.schedules s WHERE s.queue = p_queue AND s.name = p_name
         ON CONFLICT (queue, id) DO UPDATE SET seq = excluded.seq, run_at = excluded.run_at,
             value = excluded.value, attempt = 0, token = NULL, since = NULL, deadline = NULL,
-            tick = excluded.tick, reason = NULL, died_at = NULL;
+            tick = excluded.tick, reason = NULL, died_at = NULL
+        WHERE e.tick IS NOT NULL;
         IF FOUND THEN
             PERFORM __SCHEMA__.announce(p_channel, p_at, v_old_head);
-            RETURN;
+            RETURN true;
         END IF;
     END IF;
-    DELETE FROM __SCHEMA__.entries d WHERE d.queue = p_queue AND d.id = p_name;
+    DELETE FROM __SCHEMA__.entries d
+    WHERE d.queue = p_queue AND d.id = p_name AND d.tick IS NOT NULL;
+    -- An entry of the name that is not a tick (a caller's own, committed
+    -- while this waited for it) is left alone.
+    RETURN NOT EXISTS (SELECT 1 FROM __SCHEMA__.entries d
+                       WHERE d.queue = p_queue AND d.id = p_name);
 END $$;
 
 -- Moves entry `e` to the dead letters with `p_reason`. A tick is copied to
 -- '<name>@<instant>' (its name stays for its successor: the caller places
--- it with place_tick).
+-- it with place_tick); a name over 480 bytes is cut to 480 (at a character
+-- boundary), so that the dead letter's id keeps to the 512 bytes of an id.
 CREATE OR REPLACE FUNCTION __SCHEMA__.bury(p_queue text, e __SCHEMA__.entries, p_reason text,
     p_now bigint) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_dead text := e.id;
+    v_name text := left(e.id, 480);
     v_n integer := 1;
 BEGIN
     IF e.tick IS NULL THEN
@@ -353,10 +373,13 @@ BEGIN
         WHERE d.queue = p_queue AND d.id = e.id;
         RETURN;
     END IF;
-    v_dead := e.id || '@' || e.tick;
+    WHILE octet_length(convert_to(v_name, 'UTF8')) > 480 LOOP
+        v_name := left(v_name, -1);
+    END LOOP;
+    v_dead := v_name || '@' || e.tick;
     WHILE EXISTS (SELECT 1 FROM __SCHEMA__.entries d WHERE d.queue = p_queue AND d.id = v_dead) LOOP
         v_n := v_n + 1;
-        v_dead := e.id || '@' || e.tick || '.' || v_n;
+        v_dead := v_name || '@' || e.tick || '.' || v_n;
     END LOOP;
     INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value, attempt, deadline, reason, died_at)
     VALUES (p_queue, v_dead, e.seq, NULL, e.value, e.attempt, e.deadline, p_reason, p_now);
@@ -387,6 +410,13 @@ DECLARE
 BEGIN
     result := 1;
     IF v_kind = 'G' THEN
+        -- Waits for the claim if it runs now (it holds this lock shared),
+        -- then marks its token: if it is still on its way (on another
+        -- connection), it leases nothing when it lands.
+        PERFORM pg_advisory_xact_lock(hashtext('__SCHEMA__ claim'), hashtext(p_token));
+        DELETE FROM __SCHEMA__.given_up g WHERE g.at < p_now - 3600000;
+        INSERT INTO __SCHEMA__.given_up (token, at) VALUES (p_token, p_now)
+        ON CONFLICT DO NOTHING;
         FOR e IN SELECT * FROM __SCHEMA__.entries d
                  WHERE d.queue = p_queue AND d.run_at >= p_ms
                    AND d.run_at <= p_now + p_lease + 1000 AND d.token = p_token
@@ -561,6 +591,13 @@ BEGIN
     END IF;
     ids := '{}'; vals := '{}'; attempts := '{}'; deadlines := '{}'; lease_ends := '{}';
     schedule_recs := '{}'; whys := '{}';
+    -- A claim its handle gave up on while it was on its way leases nothing
+    -- (see 'G' in finish_one).
+    PERFORM pg_advisory_xact_lock_shared(hashtext('__SCHEMA__ claim'), hashtext(p_token));
+    IF EXISTS (SELECT 1 FROM __SCHEMA__.given_up g WHERE g.token = p_token) THEN
+        head := __SCHEMA__.head(p_queue);
+        RETURN;
+    END IF;
     IF p_recover IS NOT NULL THEN
         FOR e IN SELECT * FROM __SCHEMA__.entries d
                  WHERE d.queue = p_queue AND d.run_at >= p_recover
@@ -575,7 +612,8 @@ BEGIN
                 THEN v_limit_reason END;
         END LOOP;
         IF array_length(ids, 1) > 0 THEN
-            head := __SCHEMA__.next_after(p_queue, now);
+            -- Entries may be due now: the client asks again at once then.
+            head := __SCHEMA__.head(p_queue);
             RETURN;
         END IF;
     END IF;
@@ -736,9 +774,19 @@ BEGIN
         -- The pending tick keeps its instant, and takes the new value.
         UPDATE __SCHEMA__.entries d SET value = p_value
         WHERE d.queue = p_queue AND d.id = p_name;
-    ELSE
-        -- NULL: a cron expression with no instant left keeps no tick.
-        PERFORM __SCHEMA__.place_tick(p_queue, p_channel, p_name, v_first);
+    -- NULL: a cron expression with no instant left keeps no tick.
+    ELSIF NOT __SCHEMA__.place_tick(p_queue, p_channel, p_name, v_first) THEN
+        -- A caller's transaction committed an entry of this name while this
+        -- waited for it (the look above cannot see one not yet committed):
+        -- the name is taken, and the schedule stays as it was.
+        IF v_old.name IS NULL THEN
+            DELETE FROM __SCHEMA__.schedules s WHERE s.queue = p_queue AND s.name = p_name;
+        ELSE
+            UPDATE __SCHEMA__.schedules s SET rec = v_old.rec, value = v_old.value
+            WHERE s.queue = p_queue AND s.name = p_name;
+        END IF;
+        result := -2;
+        RETURN;
     END IF;
     result := 1;
 END $$;
@@ -754,7 +802,8 @@ RETURNS TABLE (name text, rec text, value text, next bigint) LANGUAGE sql STABLE
 $$;
 
 -- PURGE: deletes every entry and schedule of the queue.
+-- (Schedules before entries: the order schedule() and remove() lock them.)
 CREATE OR REPLACE FUNCTION __SCHEMA__.purge(p_queue text) RETURNS void LANGUAGE sql AS $$
-    DELETE FROM __SCHEMA__.entries WHERE queue = p_queue;
     DELETE FROM __SCHEMA__.schedules WHERE queue = p_queue;
+    DELETE FROM __SCHEMA__.entries WHERE queue = p_queue;
 $$;

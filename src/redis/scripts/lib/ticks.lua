@@ -51,17 +51,28 @@ local function successor(name, at, channel)
 end
 
 -- Moves entry `id` (record `e`) to the dead letters with `reason`. A tick is
--- kept under '<name>@<instant>' (its name stays free for its successor).
+-- kept under '<name>@<instant>' (its name stays free for its successor); a
+-- name over 480 bytes is cut to 480 (at a character boundary), so that the
+-- dead letter's id keeps to the 512 bytes of an id.
 local function bury(id, e, reason, now)
   if e.member ~= '' then redis.call('ZREM', SCHEDULE, e.member) end
   redis.call('ZREM', LEASES, id)
   local dead = id
   if e.tick then
-    dead = id .. '@' .. int(e.tick)
+    local name = id
+    if #name > 480 then
+      local cut = 480
+      -- Not inside a character: back over its continuation bytes.
+      while cut > 0 and string.byte(name, cut + 1) >= 128 and string.byte(name, cut + 1) < 192 do
+        cut = cut - 1
+      end
+      name = string.sub(name, 1, cut)
+    end
+    dead = name .. '@' .. int(e.tick)
     local n = 1
     while redis.call('HEXISTS', ENTRIES, 'm:' .. dead) == 1 do
       n = n + 1
-      dead = id .. '@' .. int(e.tick) .. '.' .. n
+      dead = name .. '@' .. int(e.tick) .. '.' .. n
     end
     local value = redis.call('HGET', ENTRIES, 'v:' .. id)
     if value then redis.call('HSET', ENTRIES, 'v:' .. dead, value) end
