@@ -157,8 +157,10 @@ pub(super) struct Engine<Q: Durable, H, Fut, E> {
     /// applied must not be followed by more), and a claim's success does not
     /// end their pause.
     finish_failing: bool,
-    /// A claim whose reply was lost: sent again first, to get what it leased.
-    resend: Option<Q::Attempt>,
+    /// A claim whose reply was lost, and when it was first sent: sent again
+    /// first, to get what it leased (whose leases run from that first
+    /// sending).
+    resend: Option<(Q::Attempt, Instant)>,
     /// Set while a small request waits for more places (see `LINGER`).
     linger_until: Option<Instant>,
     extension: Option<Extension<Q>>,
@@ -260,6 +262,9 @@ where
             let grace_over = self.stopping;
             let stop_wait = self.stopping.map(|at| deadline_after(at, STOP_WAIT));
             let running = self.runs.values().any(|run| run.state == RunState::Running);
+            // A handler is dropped when its lease may have run out, whether
+            // or not an extension is on its way (one may hang).
+            let fence = self.fence();
             let can_send = if self.apart {
                 !(self.claim_out && self.finish_out)
             } else {
@@ -279,6 +284,9 @@ where
                 _ = tokio::time::sleep_until(next_beat), if self.extension.is_none() && !(self.runs.is_empty() && self.prefetched.is_empty()) => {
                     next_beat = deadline_after(Instant::now(), beat);
                     self.heartbeat();
+                }
+                _ = tokio::time::sleep_until(fence.unwrap_or(now)), if fence.is_some() => {
+                    self.drop_overdue(Instant::now());
                 }
                 _ = self.kicks.changed(), if waiting => self.due = true,
                 _ = tokio::time::sleep_until(wake), if waiting => self.due = true,
@@ -311,7 +319,7 @@ where
         if self
             .resend
             .take()
-            .is_some_and(|claim| self.queue.abandon(&claim))
+            .is_some_and(|(claim, _)| self.queue.abandon(&claim))
         {
             let flush = self.queue.finish(&[]);
             let _ = tokio::time::timeout(STOP_WAIT, flush).await;
@@ -377,8 +385,9 @@ where
                     // Finishes riding with a claim never wait for a batch:
                     // a finished run's lease is no longer extended.
                     && (self.due || (!self.apart && !self.finished.is_empty()))));
+        // While stopping no claim will carry them: they go alone at once.
         let finish = !self.finish_out
-            && (self.apart || !(claim || self.claim_out))
+            && (self.apart || self.stopping.is_some() || !(claim || self.claim_out))
             && !self.finished.is_empty();
         if !claim && !finish {
             // Whatever a linger waited for is gone (a shutdown began, say).
@@ -398,10 +407,10 @@ where
         }
         self.linger_until = None;
         if claim {
-            let mut attempt = self
-                .resend
-                .take()
-                .unwrap_or_else(|| self.queue.new_attempt());
+            let (mut attempt, first_sent) = match self.resend.take() {
+                Some((attempt, first_sent)) => (attempt, Some(first_sent)),
+                None => (self.queue.new_attempt(), None),
+            };
             self.kicks.borrow_and_update();
             // Apart, the finishes go alone (below); else they ride here, and
             // `finish` is false.
@@ -413,7 +422,9 @@ where
             self.claim_out = true;
             let queue = self.queue.clone();
             self.requests.push(Box::pin(async move {
-                let sent_at = Instant::now();
+                // A claim sent again holds what its first sending leased:
+                // its leases are fenced from then.
+                let sent_at = first_sent.unwrap_or_else(Instant::now);
                 let result = queue.claim(&mut attempt, room, &sent).await;
                 Reply::Claim {
                     result,
@@ -477,7 +488,7 @@ where
                         // Sent again (also while stopping: the engine's exit
                         // gives back what it leased), it returns what it
                         // leased the first time.
-                        self.resend = Some(attempt);
+                        self.resend = Some((attempt, sent_at));
                         self.failed_request(&error, sent);
                     }
                 }
@@ -538,7 +549,11 @@ where
             })
             .catch_unwind()
             .await;
-            outcome.unwrap_or_else(|panic| Err(panic_message(&*panic)))
+            outcome.unwrap_or_else(|panic| {
+                let reason = panic_message(&*panic);
+                drop_payload(panic);
+                Err(reason)
+            })
         };
         let abort = self.tasks.spawn(run.instrument(span));
         self.by_id.insert(id.clone(), abort.id());
@@ -563,8 +578,26 @@ where
             Ok((task, Err(reason))) => (task, Ended::Failed(reason)),
             Err(error) => {
                 let task = error.id();
+                // A handler's own panic is caught inside its task: a panic
+                // here comes from dropping an aborted handler (a drop guard
+                // of its own), which ends it as aborted all the same.
+                let aborted = self
+                    .runs
+                    .get(&task)
+                    .is_some_and(|run| run.state != RunState::Running);
                 match error.try_into_panic() {
-                    Ok(panic) => (task, Ended::Failed(panic_message(&*panic))),
+                    Ok(panic) => {
+                        let reason = panic_message(&*panic);
+                        drop_payload(panic);
+                        (
+                            task,
+                            if aborted {
+                                Ended::Aborted
+                            } else {
+                                Ended::Failed(reason)
+                            },
+                        )
+                    }
                     Err(_) => (task, Ended::Aborted),
                 }
             }
@@ -671,6 +704,9 @@ where
                 (Outcome::Ack, Applied::Lost) if finish.resent => {
                     Counters::bump(&self.counters.completed);
                 }
+                // Likewise a failure: applied then (a retry or a dead
+                // letter), and counted failed already.
+                (Outcome::Fail { .. }, Applied::Lost) if finish.resent => {}
                 (Outcome::Ack | Outcome::Fail { .. }, Applied::Lost) => {
                     // The run ended after its lease was lost: its outcome is
                     // discarded (another delivery has the entry).
@@ -735,6 +771,14 @@ impl Failing {
     fn reset(&mut self) {
         self.failures = 0;
         self.retry_at = None;
+    }
+}
+
+/// Drops a panic's payload, whose own `Drop` may panic too: that second
+/// panic is caught, and its payload forgotten.
+fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
+    if let Err(again) = std::panic::catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(again);
     }
 }
 

@@ -276,6 +276,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueueBuilder<
         );
         inner.check().await.map_err(|e| name_the_keys(e, &inner))?;
         inner.check_rights().await?;
+        inner.preload().await;
         check_channel(&inner).await?;
         Ok(RedisQueue::from_inner(inner))
     }

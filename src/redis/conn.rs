@@ -261,6 +261,28 @@ impl Conn {
         }
     }
 
+    /// Loads `script` into the server's script cache, so that its first
+    /// call is one round trip (a call that finds it missing loads it again).
+    pub(crate) async fn load(&self, script: &redis::Script) -> Result<(), Error> {
+        match &self.link {
+            Link::Single(_) => {
+                let (number, mut conn) = self.single_get().await?;
+                let reply =
+                    tokio::time::timeout(self.response_timeout, script.load_async(&mut conn));
+                self.settle(number, reply.await).map(|_: String| ())
+            }
+            #[cfg(feature = "redis-cluster")]
+            Link::Cluster(cluster) => {
+                let (number, mut conn) = cluster.current.lock().clone();
+                let reply =
+                    tokio::time::timeout(self.response_timeout, script.load_async(&mut conn));
+                self.settle_cluster(cluster, number, reply.await)
+                    .await
+                    .map(|_: String| ())
+            }
+        }
+    }
+
     /// Runs one command, waiting for its reply up to the response timeout.
     pub(crate) async fn query<R: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<R, Error> {
         async fn send<R: FromRedisValue>(

@@ -163,6 +163,18 @@ impl Inner {
         next_due
     }
 
+    /// Loads the scripts a worker may first need when a reply is slow (a
+    /// shutdown's finishes, a heartbeat), so that they cost one round trip
+    /// rather than two. Best effort: a script missing later is loaded then.
+    pub(crate) async fn preload(&self) {
+        for script in [&SCRIPTS.finish, &SCRIPTS.extend, &SCRIPTS.claim] {
+            if let Err(error) = self.conn.load(script).await {
+                tracing::debug!(queue = %self.name, %error, "could not preload a script");
+                return;
+            }
+        }
+    }
+
     /// Fails if a key of the queue holds a foreign type.
     pub(crate) async fn check(&self) -> Result<(), Error> {
         let _: i64 = self.run(&self.script(&SCRIPTS.check)).await?;

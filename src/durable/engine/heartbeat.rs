@@ -36,16 +36,7 @@ where
     /// Extends every held lease in one request; first drops the runs whose
     /// lease may have run out (the store could not be reached in time).
     pub(super) fn heartbeat(&mut self) {
-        let now = Instant::now();
-        let overdue: Vec<Id> = self
-            .runs
-            .iter()
-            .filter(|(_, run)| run.state == RunState::Running && run.valid_until <= now)
-            .map(|(task, _)| *task)
-            .collect();
-        for task in overdue {
-            self.drop_run(task, "its lease may have run out");
-        }
+        self.drop_overdue(Instant::now());
         let mut holders = Vec::new();
         let mut leases = Vec::new();
         for (task, run) in &self.runs {
@@ -67,6 +58,30 @@ where
             let sent_at = Instant::now();
             (queue.extend(&leases, lease).await, holders, sent_at)
         }));
+    }
+
+    /// Drops the runs whose lease may have run out by `now` (no extension
+    /// came back in time): another consumer may hold their entries.
+    pub(super) fn drop_overdue(&mut self, now: Instant) {
+        let overdue: Vec<Id> = self
+            .runs
+            .iter()
+            .filter(|(_, run)| run.state == RunState::Running && run.valid_until <= now)
+            .map(|(task, _)| *task)
+            .collect();
+        for task in overdue {
+            self.drop_run(task, "its lease may have run out");
+        }
+    }
+
+    /// The earliest end of a running handler's lease, as far as it is surely
+    /// held.
+    pub(super) fn fence(&self) -> Option<Instant> {
+        self.runs
+            .values()
+            .filter(|run| run.state == RunState::Running)
+            .map(|run| run.valid_until)
+            .min()
     }
 
     /// Records the extension's answer: held leases are good until a lease

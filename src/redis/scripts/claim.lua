@@ -16,6 +16,14 @@ local now = now_ms()
 local max, lease, limit, token = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local recover, channel, n_ops = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
 
+-- With ops, every key the claim may write is checked first: the ops are
+-- applied before the claim's own checks, and must not be left applied by a
+-- script that then fails.
+if n_ops > 0 then
+  local e = ensure(LEASES, 'zset') or ensure(DEAD, 'zset') or check_seq()
+    or ensure(SCHEDULES, 'hash')
+  if e then return e end
+end
 local results, err = finish_all(8, n_ops, now, limit, channel)
 if err then return err end
 
@@ -33,7 +41,7 @@ end
 if recover >= 0 then
   -- The leases this token was granted, if the first sending ran.
   local leased = redis.call('ZRANGEBYSCORE', LEASES, recover, '+inf', 'WITHSCORES')
-  local items = {}
+  local items, members = {}, {}
   for i = 1, #leased, 2 do
     local id = leased[i]
     local e = held(id, token)
@@ -46,10 +54,16 @@ if recover >= 0 then
       end
       items[#items + 1] = item(id, redis.call('HGET', ENTRIES, 'v:' .. id), e,
         tonumber(leased[i + 1]), rec, why)
+      members[items[#items]] = e.member
     end
   end
   if #items > 0 then
-    table.sort(items, function(a, b) return a[4] < b[4] end)
+    -- In the order the first sending took them: due time, then member
+    -- (whose sequence keeps equal due times FIFO).
+    table.sort(items, function(a, b)
+      if a[4] ~= b[4] then return a[4] < b[4] end
+      return members[a] < members[b]
+    end)
     return reply(items)
   end
 end

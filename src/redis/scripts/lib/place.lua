@@ -4,10 +4,11 @@ local function head()
 end
 
 -- An error reply unless SEQ is absent or a counter with room to grow (a
--- member's sequence must stay exact in a Lua number). Reads SEQ.
+-- member's sequence must stay exact in a Lua number), written as INCR
+-- takes it (Lua's `tonumber` also takes '1e3', '0x10', ' 7'). Reads SEQ.
 local function check_seq()
   local seq = redis.call('GET', SEQ)
-  if seq and not (tonumber(seq) and tonumber(seq) < 4503599627370496) then
+  if seq and not (string.match(seq, '^%d+$') and tonumber(seq) < 4503599627370496) then
     return redis.error_reply('ERR ' .. SEQ .. ' is not a sequence with room to grow')
   end
 end
@@ -33,8 +34,9 @@ end
 -- earlier than the old one. Takes the sequence first (a write to SEQ).
 local function place(id, e, at, channel)
   local old_head = head()
+  local member = new_member(id)
   if e.member ~= '' then redis.call('ZREM', SCHEDULE, e.member) end
-  e.member = new_member(id)
+  e.member = member
   e.token, e.since = '', nil
   redis.call('HSET', ENTRIES, 'm:' .. id, record(e))
   redis.call('ZADD', SCHEDULE, at, e.member)
