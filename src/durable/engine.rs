@@ -119,6 +119,9 @@ enum Reply<Q: Sealed> {
         result: Result<Vec<Applied>, StoreError<Q>>,
         sent: Vec<Finish<Lease<Q>>>,
     },
+    /// A claim that got no reply within `Sealed::give_up_claim_after`: given up
+    /// (what it may have leased goes back with the handle's next request).
+    GaveUp { sent: Vec<Finish<Lease<Q>>> },
 }
 
 pub(super) struct Engine<Q: Durable, H, Fut, E> {
@@ -314,13 +317,15 @@ where
             }
         }
         self.tasks.detach_all();
-        // Claims whose reply was lost: give back what they may hold now,
+        // Claims whose reply was lost, or that are still on their way (given
+        // up as they are dropped here): give back what they may hold now,
         // rather than after their lease (one more round trip, bounded).
-        if self
-            .resend
-            .take()
-            .is_some_and(|(claim, _)| self.queue.abandon(&claim))
-        {
+        let mut in_doubt = self.claim_out;
+        self.requests = FuturesUnordered::new();
+        if let Some((claim, _)) = self.resend.take() {
+            in_doubt |= self.queue.abandon(&claim);
+        }
+        if in_doubt {
             let flush = self.queue.finish(&[]);
             let _ = tokio::time::timeout(STOP_WAIT, flush).await;
         }
@@ -407,7 +412,7 @@ where
         }
         self.linger_until = None;
         if claim {
-            let (mut attempt, first_sent) = match self.resend.take() {
+            let (attempt, first_sent) = match self.resend.take() {
                 Some((attempt, first_sent)) => (attempt, Some(first_sent)),
                 None => (self.queue.new_attempt(), None),
             };
@@ -421,11 +426,31 @@ where
             };
             self.claim_out = true;
             let queue = self.queue.clone();
+            let bound = self.queue.give_up_claim_after();
             self.requests.push(Box::pin(async move {
                 // A claim sent again holds what its first sending leased:
                 // its leases are fenced from then.
                 let sent_at = first_sent.unwrap_or_else(Instant::now);
-                let result = queue.claim(&mut attempt, room, &sent).await;
+                // Dropped unanswered (the engine stopped waiting for it), the
+                // claim is given up: its leases go back with the handle's
+                // next request.
+                let mut pending = GiveUp {
+                    queue: &queue,
+                    attempt: Some(attempt),
+                };
+                let attempt = pending.attempt.as_mut().expect("just put");
+                let claim = queue.claim(attempt, room, &sent);
+                let result = match bound {
+                    Some(bound) => match tokio::time::timeout(bound, claim).await {
+                        Ok(result) => result,
+                        Err(_) => {
+                            drop(pending);
+                            return Reply::GaveUp { sent };
+                        }
+                    },
+                    None => claim.await,
+                };
+                let attempt = pending.attempt.take().expect("still there");
                 Reply::Claim {
                     result,
                     attempt,
@@ -492,6 +517,21 @@ where
                         self.failed_request(&error, sent);
                     }
                 }
+            }
+            Reply::GaveUp { mut sent } => {
+                self.claim_out = false;
+                tracing::warn!(
+                    queue = self.name,
+                    after = ?self.queue.give_up_claim_after(),
+                    "a claim got no reply; it is given up and what it leased is given back"
+                );
+                // They may have applied: sent again, and counted as such.
+                for finish in &mut sent {
+                    finish.resent = true;
+                }
+                sent.append(&mut self.finished);
+                self.finished = sent;
+                self.due = true;
             }
             Reply::Finish { result, sent } => {
                 self.finish_out = false;
@@ -771,6 +811,20 @@ impl Failing {
     fn reset(&mut self) {
         self.failures = 0;
         self.retry_at = None;
+    }
+}
+
+/// A claim on its way: given up if dropped before its reply came.
+struct GiveUp<'q, Q: Durable> {
+    queue: &'q Q,
+    attempt: Option<Q::Attempt>,
+}
+
+impl<Q: Durable> Drop for GiveUp<'_, Q> {
+    fn drop(&mut self) {
+        if let Some(attempt) = self.attempt.take() {
+            self.queue.abandon(&attempt);
+        }
     }
 }
 

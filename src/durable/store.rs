@@ -130,6 +130,12 @@ pub trait Sealed {
     fn finishes_apart(&self) -> bool {
         false
     }
+    /// How long a worker waits for a claim's reply before it gives the
+    /// claim up and claims anew; `None` where every request has a response
+    /// timeout of its own (Redis).
+    fn give_up_claim_after(&self) -> Option<Duration> {
+        None
+    }
 
     /// Applies `finished`, then leases up to `max` due entries.
     fn claim(

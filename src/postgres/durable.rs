@@ -40,6 +40,13 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue
         true
     }
 
+    /// A lease, at least a second: a connection gone silent would
+    /// otherwise hold the claim for good (no response timeout here), and
+    /// what the claim leased runs out by then anyway.
+    fn give_up_claim_after(&self) -> Option<Duration> {
+        Some(self.inner().lease.max(Duration::from_secs(1)))
+    }
+
     fn poll_interval(&self) -> Duration {
         self.inner().poll_interval
     }

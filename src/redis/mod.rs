@@ -58,6 +58,7 @@
 //! | `punctual:{name}:dead` | sorted set | id → when it died, for dead letters |
 //! | `punctual:{name}:seq` | string | the sequence counter |
 //! | `punctual:{name}:schedules` | hash | name → a recurring schedule's spec |
+//! | `punctual:{name}:given_up` | sorted set | token → when, for an hour: claims given up on or sent again, whose late first sending must lease nothing |
 //!
 //! An entry's record is `attempt,token,since,deadline,tick,member`: the
 //! deliveries so far; the token of the claim that holds its lease and when

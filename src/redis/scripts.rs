@@ -1,7 +1,7 @@
 //! The server-side Lua scripts: every operation on a queue is one of them,
 //! in `scripts/<operation>.lua`, each opening with its KEYS, ARGV and reply.
 //!
-//! Each script gets the queue's six keys in the order of [`Keys`] and reads
+//! Each script gets the queue's seven keys in the order of [`Keys`] and reads
 //! the clock with `TIME`, so every process agrees on what is due. A script
 //! that fails half way leaves its first writes in place, so each one checks
 //! the type of every key it writes before its first write: the hot ones
@@ -16,9 +16,9 @@ use redis::Script;
 /// Names of one queue's keys, all under the hash tag `{name}`.
 #[derive(Debug)]
 pub(crate) struct Keys {
-    /// `schedule`, `entries`, `leases`, `dead`, `seq`, `schedules`, in the
-    /// order the scripts expect them as `KEYS[1..=6]`.
-    pub(crate) all: [String; 6],
+    /// `schedule`, `entries`, `leases`, `dead`, `seq`, `schedules`,
+    /// `given_up`, in the order the scripts expect them as `KEYS[1..=7]`.
+    pub(crate) all: [String; 7],
     /// The pub/sub channel announcing a new head.
     pub(crate) channel: String,
 }
@@ -34,6 +34,7 @@ impl Keys {
                 key("dead"),
                 key("seq"),
                 key("schedules"),
+                key("given_up"),
             ],
             channel: key("wake"),
         }

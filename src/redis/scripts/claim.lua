@@ -1,6 +1,6 @@
 -- CLAIM: finishes deliveries (see finish), then leases up to `max` due
 -- entries, in order, to the claim `token`.
--- KEYS: the queue's six keys. ARGV: max, lease ms, max attempts (0 = no
+-- KEYS: the queue's seven keys. ARGV: max, lease ms, max attempts (0 = no
 -- limit), token, recover (-1, or a lower bound of this claim's lease end
 -- when it is sent again after its reply was lost), channel, number of ops,
 -- then 6 fields per op (kind, id, token, ms, reason, cands).
@@ -15,6 +15,17 @@
 local now = now_ms()
 local max, lease, limit, token = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local recover, channel, n_ops = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
+
+-- A first sending that lands after its claim was given up on, or sent
+-- again, leases nothing (the resend leases for the claim). A resend marks
+-- its token so. Both read GIVEN_UP before any write.
+local stale = false
+if recover < 0 then
+  stale = redis.call('ZSCORE', GIVEN_UP, token) and true or false
+else
+  local e = ensure(GIVEN_UP, 'zset')
+  if e then return e end
+end
 
 -- With ops, every key the claim may write is checked first: the ops are
 -- applied before the claim's own checks, and must not be left applied by a
@@ -38,7 +49,10 @@ local function item(id, value, e, lease_until, rec, why)
   return {id, value or false, e.attempt, e.deadline or 0, lease_until, rec or '', why or ''}
 end
 
+if stale then return reply({}) end
+
 if recover >= 0 then
+  mark(token, now)
   -- The leases this token was granted, if the first sending ran.
   local leased = redis.call('ZRANGEBYSCORE', LEASES, recover, '+inf', 'WITHSCORES')
   local items, members = {}, {}

@@ -1,6 +1,6 @@
 -- FINISH: acks, retries, fails, buries or gives back deliveries (see
 -- lib/finish.lua), without claiming.
--- KEYS: the queue's six keys. ARGV: max attempts (0 = no limit), channel,
+-- KEYS: the queue's seven keys. ARGV: max attempts (0 = no limit), channel,
 -- number of ops, then 6 fields per op (kind, id, token, ms, reason, cands).
 -- Returns {now, {op results}}.
 -- Atomic: each lease check and what it guards run in one script.

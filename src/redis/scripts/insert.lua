@@ -1,5 +1,5 @@
 -- INSERT: schedules new entries, all in one step.
--- KEYS: the queue's six keys. ARGV: channel, number of entries, then 4
+-- KEYS: the queue's seven keys. ARGV: channel, number of entries, then 4
 -- fields per entry: id ('' to generate one), value (JSON), 'd' (ms is a
 -- delay) or 'a' (ms is a time), ms.
 -- Returns {inserted, id, ...}: 1 and the id, or 0 and the id when an entry

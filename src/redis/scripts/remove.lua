@@ -1,7 +1,7 @@
 -- REMOVE: deletes an entry, pending, leased or dead; a schedule's tick takes
 -- its schedule with it. With ARGV[2] = 's', only a schedule's tick (and the
 -- schedule, even if it has no tick now).
--- KEYS: the queue's six keys. ARGV: id, 'e' or 's'.
+-- KEYS: the queue's seven keys. ARGV: id, 'e' or 's'.
 -- Returns 1 if it was there, 0 if not.
 local err = check_all()
 if err then return err end

@@ -1,6 +1,6 @@
 -- REQUEUE_DEAD: puts a dead letter back as pending, attempts reset to 0 (a
 -- dead tick comes back as a one-off entry, not a tick).
--- KEYS: the queue's six keys. ARGV: id, delay ms, channel.
+-- KEYS: the queue's seven keys. ARGV: id, delay ms, channel.
 -- Returns 1, or 0 if there is no such dead letter.
 local err = check_all() or check_seq()
 if err then return err end

@@ -1,6 +1,6 @@
 -- RESET: moves a pending entry to now + delay, ordered as if inserted now
 -- (a tick moves its instant with it).
--- KEYS: the queue's six keys. ARGV: id, delay ms, channel.
+-- KEYS: the queue's seven keys. ARGV: id, delay ms, channel.
 -- Returns 1, or 0 for an entry that is leased, dead or absent.
 local err = check_all() or check_seq()
 if err then return err end

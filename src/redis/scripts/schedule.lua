@@ -1,5 +1,5 @@
 -- SCHEDULE: creates or changes the recurring schedule `name` (an upsert).
--- KEYS: the queue's six keys. ARGV: name, record ('e,<period ms>,<policy>'
+-- KEYS: the queue's seven keys. ARGV: name, record ('e,<period ms>,<policy>'
 -- or 'c,<expression>'), value (JSON), cron instants (see next_tick; '' for
 -- none yet), channel.
 -- Returns 1 if created or changed, 0 if the same call was made before

@@ -1,3 +1,12 @@
+-- Records that a sending of the claim `token` that lands from now on leases
+-- nothing new: its handle gave the claim up, or sent it again. Kept an
+-- hour (the oldest are trimmed as new ones come).
+local function mark(token, now)
+  redis.call('ZADD', GIVEN_UP, now, token)
+  local old = redis.call('ZRANGEBYSCORE', GIVEN_UP, '-inf', now - 3600000, 'LIMIT', 0, 100)
+  if #old > 0 then redis.call('ZREM', GIVEN_UP, unpack(old)) end
+end
+
 -- Finishes the delivery (id, token). `kind`: 'a' ack; 'r' retry, due `ms`
 -- from now, attempts kept; 'f' fail: a retry as 'r', or to the dead letters
 -- with `reason` once the attempt reached `limit` (0: never); 'b' bury: to
@@ -13,7 +22,9 @@
 local function finish(kind, id, token, ms, reason, cands, now, limit, channel)
   if kind == 'G' then
     -- Gives back whatever the claim `token` holds (its reply was lost), with
-    -- no attempt counted; `ms` bounds the end of its leases from below.
+    -- no attempt counted; `ms` bounds the end of its leases from below. A
+    -- sending of that claim still on its way then leases nothing.
+    mark(token, now)
     for _, leased in ipairs(redis.call('ZRANGEBYSCORE', LEASES, ms, '+inf')) do
       finish('g', leased, token, 0, '', '', now, limit, channel)
     end
@@ -89,7 +100,7 @@ local function finish_all(at, n, now, limit, channel)
   local e = ensure(SCHEDULE, 'zset')
   if not plain then
     e = e or ensure(LEASES, 'zset') or ensure(DEAD, 'zset') or check_seq()
-      or ensure(SCHEDULES, 'hash')
+      or ensure(SCHEDULES, 'hash') or ensure(GIVEN_UP, 'zset')
   end
   if e then return nil, e end
   local results = {}
