@@ -122,6 +122,8 @@ enum Reply<Q: Sealed> {
     /// A claim that got no reply within `Sealed::give_up_claim_after`: given up
     /// (what it may have leased goes back with the handle's next request).
     GaveUp { sent: Vec<Finish<Lease<Q>>> },
+    /// Finishes alone that got no reply within that bound: sent again.
+    FinishGaveUp { sent: Vec<Finish<Lease<Q>>> },
 }
 
 pub(super) struct Engine<Q: Durable, H, Fut, E> {
@@ -155,15 +157,15 @@ pub(super) struct Engine<Q: Durable, H, Fut, E> {
     finish_out: bool,
     /// Whether claims carry no finishes (see `Sealed::finishes_apart`).
     apart: bool,
+    /// A claim was given up on (its give-back waits for the next request).
+    gave_up: bool,
     /// The last request of finishes alone failed: where finishes go apart,
     /// no claim is sent until one succeeds (runs whose finishes cannot be
     /// applied must not be followed by more), and a claim's success does not
     /// end their pause.
     finish_failing: bool,
-    /// A claim whose reply was lost, and when it was first sent: sent again
-    /// first, to get what it leased (whose leases run from that first
-    /// sending).
-    resend: Option<(Q::Attempt, Instant)>,
+    /// A claim whose reply was lost: sent again first, to get what it leased.
+    resend: Option<Q::Attempt>,
     /// Set while a small request waits for more places (see `LINGER`).
     linger_until: Option<Instant>,
     extension: Option<Extension<Q>>,
@@ -216,6 +218,7 @@ where
             claim_out: false,
             finish_out: false,
             apart,
+            gave_up: false,
             finish_failing: false,
             resend: None,
             linger_until: None,
@@ -320,9 +323,9 @@ where
         // Claims whose reply was lost, or that are still on their way (given
         // up as they are dropped here): give back what they may hold now,
         // rather than after their lease (one more round trip, bounded).
-        let mut in_doubt = self.claim_out;
+        let mut in_doubt = self.claim_out || self.gave_up;
         self.requests = FuturesUnordered::new();
-        if let Some((claim, _)) = self.resend.take() {
+        if let Some(claim) = self.resend.take() {
             in_doubt |= self.queue.abandon(&claim);
         }
         if in_doubt {
@@ -412,10 +415,10 @@ where
         }
         self.linger_until = None;
         if claim {
-            let (attempt, first_sent) = match self.resend.take() {
-                Some((attempt, first_sent)) => (attempt, Some(first_sent)),
-                None => (self.queue.new_attempt(), None),
-            };
+            let attempt = self
+                .resend
+                .take()
+                .unwrap_or_else(|| self.queue.new_attempt());
             self.kicks.borrow_and_update();
             // Apart, the finishes go alone (below); else they ride here, and
             // `finish` is false.
@@ -428,9 +431,7 @@ where
             let queue = self.queue.clone();
             let bound = self.queue.give_up_claim_after();
             self.requests.push(Box::pin(async move {
-                // A claim sent again holds what its first sending leased:
-                // its leases are fenced from then.
-                let sent_at = first_sent.unwrap_or_else(Instant::now);
+                let sent_at = Instant::now();
                 // Dropped unanswered (the engine stopped waiting for it), the
                 // claim is given up: its leases go back with the handle's
                 // next request.
@@ -465,7 +466,14 @@ where
             self.finish_out = true;
             let queue = self.queue.clone();
             self.requests.push(Box::pin(async move {
-                let result = queue.finish(&sent).await;
+                let finish = queue.finish(&sent);
+                let result = match queue.give_up_claim_after() {
+                    Some(bound) => match tokio::time::timeout(bound, finish).await {
+                        Ok(result) => result,
+                        Err(_) => return Reply::FinishGaveUp { sent },
+                    },
+                    None => finish.await,
+                };
                 Reply::Finish { result, sent }
             }));
         }
@@ -486,6 +494,8 @@ where
                         // Every claim has its own token: a delivery can only
                         // ever finish the lease its own claim was granted.
                         drop(attempt);
+                        // It carried the give-back of any claim given up on.
+                        self.gave_up = false;
                         self.settled(&sent, &batch.done);
                         // A full batch: more may be due at once.
                         self.due = batch.taken.len() >= asked.min(MAX_CLAIM);
@@ -493,8 +503,18 @@ where
                         if self.next_due <= Instant::now() {
                             self.due = true;
                         }
-                        let valid_until = deadline_after(sent_at, self.lease);
                         for taken in batch.taken {
+                            // Surely held until what was left of its lease
+                            // when the claim ran, counted from before it was
+                            // sent: a whole lease for what this claim leased,
+                            // less for what a claim sent again recovered
+                            // from its first sending.
+                            let left = taken
+                                .lease_until
+                                .duration_since(batch.now)
+                                .unwrap_or_default()
+                                .min(self.lease);
+                            let valid_until = deadline_after(sent_at, left);
                             // An older copy of the entry lost its lease to
                             // this claim.
                             self.prefetched.retain(|entry| entry.taken.id != taken.id);
@@ -513,13 +533,14 @@ where
                         // Sent again (also while stopping: the engine's exit
                         // gives back what it leased), it returns what it
                         // leased the first time.
-                        self.resend = Some((attempt, sent_at));
+                        self.resend = Some(attempt);
                         self.failed_request(&error, sent);
                     }
                 }
             }
             Reply::GaveUp { mut sent } => {
                 self.claim_out = false;
+                self.gave_up = true;
                 tracing::warn!(
                     queue = self.name,
                     after = ?self.queue.give_up_claim_after(),
@@ -532,6 +553,21 @@ where
                 sent.append(&mut self.finished);
                 self.finished = sent;
                 self.due = true;
+            }
+            Reply::FinishGaveUp { mut sent } => {
+                self.finish_out = false;
+                self.finish_failing = true;
+                let pause = self.failing.fail();
+                tracing::warn!(
+                    queue = self.name,
+                    ?pause,
+                    "finishes got no answer in time; they are sent again"
+                );
+                for finish in &mut sent {
+                    finish.resent = true;
+                }
+                sent.append(&mut self.finished);
+                self.finished = sent;
             }
             Reply::Finish { result, sent } => {
                 self.finish_out = false;

@@ -80,6 +80,10 @@ pub struct Batch<T, L> {
     /// When, on this process's clock, the store's next entry is due as far
     /// as the claim saw (or a poll interval on).
     pub next_due: Instant,
+    /// The store's clock when the claim ran: what is left of each lease
+    /// then is `lease_until - now` (a whole lease for what the claim
+    /// leased; less for what a claim sent again recovered).
+    pub now: SystemTime,
 }
 
 /// A token no other claim ever had: 64 random bits of this process (the
@@ -131,8 +135,9 @@ pub trait Sealed {
         false
     }
     /// How long a worker waits for a claim's reply before it gives the
-    /// claim up and claims anew; `None` where every request has a response
-    /// timeout of its own (Redis).
+    /// claim up and claims anew (and for the reply to an extension or to a
+    /// request of finishes, before it sends them again); `None` where every
+    /// request has a response timeout of its own (Redis).
     fn give_up_claim_after(&self) -> Option<Duration> {
         None
     }

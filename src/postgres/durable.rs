@@ -136,6 +136,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue
             taken,
             more_due: claim.more_due,
             next_due: claim.next_due,
+            now: super::inner::system_time(claim.now),
         })
     }
 

@@ -100,6 +100,8 @@ pub(crate) struct Claim {
     /// What became of each op sent with the claim.
     pub(crate) done: Vec<Applied>,
     pub(crate) items: Vec<Claimed>,
+    /// The database's clock when the claim ran, in ms.
+    pub(crate) now: i64,
 }
 
 /// A claim on its way: sent again with the same token after a lost reply.
@@ -262,6 +264,7 @@ impl Inner {
             more_due,
             done,
             items,
+            now,
         })
     }
 

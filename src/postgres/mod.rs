@@ -71,7 +71,7 @@
 //! |---|---|---|
 //! | `<schema>.entries` | one entry of any queue of the schema | `queue`, `id` (primary key); `seq` (insertion order); `run_at` (ms since the epoch, database clock: the due time while pending, the lease end while leased, `NULL` while dead); `value` (JSON text, serde_json); `attempt`; `token` and `since` (the claim holding the lease, and when it was made); `deadline` (when the current delivery was due); `tick` (a schedule's tick: its instant); `reason`, `died_at` (dead letters) |
 //! | `<schema>.schedules` | one recurring schedule | `queue`, `name` (primary key); `rec` (`e,<period ms>,<policy>` or `c,<cron expression>`); `value` |
-//! | `<schema>.given_up` | the token of a claim its handle gave up on, kept an hour | `token` (primary key); `at` (when) |
+//! | `<schema>.given_up` | the token of a claim its handle gave up on or sent again, kept an hour | `token` (primary key); `at` (when) |
 //! | `<schema>.meta` | the schema's version | `version` |
 //!
 //! Generated ids are `#` followed by a number from the sequence
@@ -94,7 +94,11 @@
 //! That give-back may run on another connection of the pool before the
 //! claim itself lands: it waits for the claim if the claim is running, and
 //! it records the claim's token in `given_up`, so a claim that lands later
-//! leases nothing.
+//! leases nothing. A claim sent again does the same: it waits for its first
+//! sending if that still runs, and marks the token. A worker gives up a
+//! claim, an extension or a request of finishes that gets no reply within a
+//! lease (at least a second), since PostgreSQL requests have no response
+//! timeout: a connection gone silent cannot stop it.
 //! `take*` and the worker ride through a restart of the server (with
 //! capped back-off, reported through `tracing`).
 //!

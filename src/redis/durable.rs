@@ -72,6 +72,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQu
         let next_due = self.inner().next_due(&claim);
         let done = claim.done.clone();
         let more_due = claim.head.is_some_and(|head| head <= claim.now);
+        let now = super::inner::system_time(claim.now);
         let taken = self
             .decoded(claim, |lease, attempt, value, deadline, lease_until| {
                 Taken {
@@ -90,6 +91,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQu
             taken,
             more_due,
             next_due,
+            now,
         })
     }
 

@@ -21,10 +21,20 @@ pub(super) enum Holder {
     Prefetched(u64),
 }
 
-/// The extension in flight: whether each lease was still held, for whom,
-/// and when it was sent.
-pub(super) type Extension<Q> =
-    Pin<Box<dyn Future<Output = (Result<Vec<bool>, StoreError<Q>>, Vec<Holder>, Instant)> + Send>>;
+/// The extension in flight: whether each lease was still held (`None`: no
+/// answer in time, where the store bounds none itself), for whom, and when
+/// it was sent.
+pub(super) type Extension<Q> = Pin<
+    Box<
+        dyn Future<
+                Output = (
+                    Option<Result<Vec<bool>, StoreError<Q>>>,
+                    Vec<Holder>,
+                    Instant,
+                ),
+            > + Send,
+    >,
+>;
 
 impl<Q, H, Fut, E> Engine<Q, H, Fut, E>
 where
@@ -56,7 +66,12 @@ where
         let lease = self.lease;
         self.extension = Some(Box::pin(async move {
             let sent_at = Instant::now();
-            (queue.extend(&leases, lease).await, holders, sent_at)
+            let extend = queue.extend(&leases, lease);
+            let result = match queue.give_up_claim_after() {
+                Some(bound) => tokio::time::timeout(bound, extend).await.ok(),
+                None => Some(extend.await),
+            };
+            (result, holders, sent_at)
         }));
     }
 
@@ -88,16 +103,24 @@ where
     /// after it was sent; the others' holders are dropped.
     pub(super) fn extended(
         &mut self,
-        result: Result<Vec<bool>, StoreError<Q>>,
+        result: Option<Result<Vec<bool>, StoreError<Q>>>,
         holders: Vec<Holder>,
         sent_at: Instant,
     ) {
+        // Either way the next beat tries again; the runs go on until their
+        // fence.
         let held = match result {
-            Ok(held) => held,
-            Err(error) => {
-                // The next beat tries again; the leases run on until then.
+            Some(Ok(held)) => held,
+            Some(Err(error)) => {
                 tracing::warn!(queue = self.name, %error,
                     "could not extend the leases of running jobs");
+                return;
+            }
+            None => {
+                tracing::warn!(
+                    queue = self.name,
+                    "an extension of the leases of running jobs got no answer in time"
+                );
                 return;
             }
         };

@@ -417,9 +417,11 @@ BEGIN
         DELETE FROM __SCHEMA__.given_up g WHERE g.at < p_now - 3600000;
         INSERT INTO __SCHEMA__.given_up (token, at) VALUES (p_token, p_now)
         ON CONFLICT DO NOTHING;
+        -- The clock read after the wait: the claim may have leased since
+        -- `p_now` was read.
         FOR e IN SELECT * FROM __SCHEMA__.entries d
                  WHERE d.queue = p_queue AND d.run_at >= p_ms
-                   AND d.run_at <= p_now + p_lease + 1000 AND d.token = p_token
+                   AND d.run_at <= __SCHEMA__.now_ms() + p_lease + 1000 AND d.token = p_token
                  FOR UPDATE LOOP
             PERFORM __SCHEMA__.finish_one(p_queue, p_channel, p_limit, p_lease, p_now, 'g',
                 e.id, p_token, 0, '', '');
@@ -591,12 +593,22 @@ BEGIN
     END IF;
     ids := '{}'; vals := '{}'; attempts := '{}'; deadlines := '{}'; lease_ends := '{}';
     schedule_recs := '{}'; whys := '{}';
-    -- A claim its handle gave up on while it was on its way leases nothing
-    -- (see 'G' in finish_one).
-    PERFORM pg_advisory_xact_lock_shared(hashtext('__SCHEMA__ claim'), hashtext(p_token));
-    IF EXISTS (SELECT 1 FROM __SCHEMA__.given_up g WHERE g.token = p_token) THEN
-        head := __SCHEMA__.head(p_queue);
-        RETURN;
+    IF p_recover IS NULL THEN
+        -- A first sending that lands after its claim was given up on ('G'
+        -- in finish_one) or sent again leases nothing.
+        PERFORM pg_advisory_xact_lock_shared(hashtext('__SCHEMA__ claim'), hashtext(p_token));
+        IF EXISTS (SELECT 1 FROM __SCHEMA__.given_up g WHERE g.token = p_token) THEN
+            head := __SCHEMA__.head(p_queue);
+            RETURN;
+        END IF;
+    ELSE
+        -- Sent again: waits for a first sending still running (it holds
+        -- the lock shared), so that what it leased is found below; and
+        -- marks the token, so that one landing later leases nothing.
+        PERFORM pg_advisory_xact_lock(hashtext('__SCHEMA__ claim'), hashtext(p_token));
+        DELETE FROM __SCHEMA__.given_up g WHERE g.at < now - 3600000;
+        INSERT INTO __SCHEMA__.given_up (token, at) VALUES (p_token, now)
+        ON CONFLICT DO NOTHING;
     END IF;
     IF p_recover IS NOT NULL THEN
         FOR e IN SELECT * FROM __SCHEMA__.entries d
