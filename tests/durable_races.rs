@@ -460,6 +460,59 @@ mod redis_only {
         );
     }
 
+    /// After an outage longer than a lease, the claim the worker sends again
+    /// (it failed while the server could not be reached) leases fresh
+    /// entries for a whole lease: they run at once, with attempt 1. (A fix
+    /// of this session first fenced every entry of a resend from the first
+    /// sending's time, long past here, so the fresh lease was thrown away
+    /// and the entry ran only after it ran out, with attempt 2.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn after_an_outage_a_resent_claim_runs_what_it_leased_at_once() {
+        let store = Store::start();
+        let proxy = Proxy::start(store.upstream_port());
+        let direct: Q<u64> = store.open("outage").await;
+        let via: Q<u64> = store
+            .via(&proxy, "outage")
+            .lease(ms(600))
+            .build()
+            .await
+            .expect("connect");
+        let attempts = Arc::new(Mutex::new(Vec::new()));
+        let worker = Worker::builder(via.clone()).concurrency(2).spawn({
+            let attempts = Arc::clone(&attempts);
+            move |job: Job<u64>| {
+                let attempts = Arc::clone(&attempts);
+                async move {
+                    attempts.lock().unwrap().push(job.attempt());
+                    Ok::<(), String>(())
+                }
+            }
+        });
+        sleep(ms(300)).await;
+        proxy.refuse(true);
+        proxy.kill_all();
+        direct
+            .insert_with_id("a", &1, Duration::ZERO)
+            .await
+            .unwrap();
+        // Longer than a lease: the worker's claims fail meanwhile.
+        sleep(ms(1500)).await;
+        proxy.refuse(false);
+        let back = Instant::now();
+        eventually("a runs", || {
+            let ran = !attempts.lock().unwrap().is_empty();
+            async move { ran }
+        })
+        .await;
+        let ran_after = back.elapsed();
+        let stats = worker.shutdown(ms(100)).await;
+        assert_eq!(
+            attempts.lock().unwrap().first().copied(),
+            Some(1),
+            "{STORE}: `a` ran first with another attempt ({ran_after:?} after the server came back): {stats:?}"
+        );
+    }
+
     /// A claim still on its way when a shutdown gives up waiting (its
     /// reply is slow; the store takes requests at once) is given up as the
     /// engine drops it, and the engine's last request gives back what it
