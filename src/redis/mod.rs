@@ -94,6 +94,9 @@
 //! consumer that gives up instead (a `take_timeout` that ran out, a dropped
 //! future, `try_take` returning the error) leaves the token to the handle's
 //! next claim, which gives back what it holds without counting an attempt.
+//! That give-back, and a claim sent again, record the token in `given_up`:
+//! a first sending of it that reaches the server later (after a reconnect)
+//! leases nothing.
 //!
 //! Announcements are best effort: a user whose ACL forbids the queue's
 //! channel (Redis 7 gives new users no channels) still inserts, retries and
