@@ -29,8 +29,8 @@ end
 
 -- With ops, every key the claim may write is checked first: the ops are
 -- applied before the claim's own checks, and must not be left applied by a
--- script that then fails.
-if n_ops > 0 then
+-- script that then fails. Likewise a resend, which marks its token first.
+if n_ops > 0 or recover >= 0 then
   local e = ensure(LEASES, 'zset') or ensure(DEAD, 'zset') or check_seq()
     or ensure(SCHEDULES, 'hash')
   if e then return e end
