@@ -15,33 +15,10 @@ use common::redis_server::RedisServer;
 use punctual::durable::{Job, Worker};
 use punctual::redis::RedisQueue;
 use std::collections::HashMap;
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// The SHA1 of the claim script as `src/redis/scripts.rs` assembles it (the
-/// proxy matches a claim by it: a request carries the script's SHA only).
-fn claim_sha() -> String {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/redis/scripts/");
-    let mut text = Vec::new();
-    for f in [
-        "lib/prelude.lua",
-        "lib/now_ms.lua",
-        "lib/place.lua",
-        "lib/held.lua",
-        "lib/ticks.lua",
-        "lib/finish.lua",
-        "claim.lua",
-    ] {
-        text.extend(std::fs::read(format!("{dir}{f}")).unwrap());
-    }
-    let tmp = std::env::temp_dir().join(format!("claim-{}.lua", std::process::id()));
-    std::fs::write(&tmp, &text).unwrap();
-    let out = Command::new("sha1sum").arg(&tmp).output().unwrap();
-    String::from_utf8(out.stdout).unwrap()[..40].to_owned()
-}
 
 async fn via(proxy: &Proxy, name: &str, lease: Duration) -> RedisQueue<u64> {
     RedisQueue::builder(name)
@@ -86,7 +63,7 @@ async fn a_lost_claim_reply_never_restarts_a_running_handler() {
     tokio::time::sleep(ms(300)).await;
     assert_eq!(runs.lock().unwrap().get("a").copied(), Some(1));
     // The worker polls every 50 ms: its next claim loses its reply.
-    proxy.cut_after_next_request(Some(claim_sha().as_bytes()));
+    proxy.cut_after_next_request(Some(common::redis_queue::claim_sha().as_bytes()));
     tokio::time::sleep(ms(1500)).await;
     assert!(!proxy.armed(), "the cut did not fire");
     let runs_now = runs.lock().unwrap().clone();
@@ -328,7 +305,7 @@ async fn a_stopping_workers_lost_claim_gives_back_nothing_it_runs() {
     q.insert_with_id("x", &1, Duration::ZERO).await.unwrap();
     tokio::time::sleep(ms(300)).await;
     assert_eq!(worker.stats().running, 1);
-    proxy.swallow_replies_after_next_request(Some(claim_sha().as_bytes()));
+    proxy.swallow_replies_after_next_request(Some(common::redis_queue::claim_sha().as_bytes()));
     while proxy.armed() {
         tokio::time::sleep(ms(5)).await;
     }

@@ -47,15 +47,7 @@ impl Proxied for common::stores::pg::Store {
     type Builder = punctual::postgres::PgQueueBuilder<u64>;
 
     fn upstream_port(&self) -> u16 {
-        let url = common::pg::admin_url();
-        let authority = url
-            .split("://")
-            .nth(1)
-            .and_then(|rest| rest.split(['/', '?']).next())
-            .expect("a postgres:// URL");
-        let host_port = authority.rsplit('@').next().unwrap_or(authority);
-        let (_, port) = host_port.rsplit_once(':').unwrap_or((host_port, "5432"));
-        port.parse().expect("a port")
+        common::pg::admin_port()
     }
 
     fn via(&self, proxy: &Proxy, name: &str) -> Self::Builder {
@@ -279,28 +271,6 @@ mod redis_only {
     use common::redis_server::RedisServer;
     use common::stores::redis::{Q, STORE, Store};
     use punctual::redis::RedisQueue;
-    use std::process::Command;
-
-    /// The SHA1 of the claim script (as `tests/durable_faults.rs` computes it).
-    fn claim_sha() -> String {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/redis/scripts/");
-        let mut text = Vec::new();
-        for f in [
-            "lib/prelude.lua",
-            "lib/now_ms.lua",
-            "lib/place.lua",
-            "lib/held.lua",
-            "lib/ticks.lua",
-            "lib/finish.lua",
-            "claim.lua",
-        ] {
-            text.extend(std::fs::read(format!("{dir}{f}")).unwrap());
-        }
-        let tmp = std::env::temp_dir().join(format!("races-claim-{}.lua", std::process::id()));
-        std::fs::write(&tmp, &text).unwrap();
-        let out = Command::new("sha1sum").arg(&tmp).output().unwrap();
-        String::from_utf8(out.stdout).unwrap()[..40].to_owned()
-    }
 
     /// A claim whose reply is lost (response timeout 1.5 s) is sent again
     /// and recovers what its first sending leased, with that sending's
@@ -333,7 +303,7 @@ mod redis_only {
             .build()
             .await
             .unwrap();
-        proxy.swallow_replies_after_next_request(Some(claim_sha().as_bytes()));
+        proxy.swallow_replies_after_next_request(Some(common::redis_queue::claim_sha().as_bytes()));
         let starts: Arc<Mutex<Vec<u32>>> = Arc::default();
         let last: LastTick = Arc::default();
         let worker = Worker::builder(via.clone()).concurrency(1).spawn({

@@ -169,20 +169,6 @@ async fn a_schedule_never_overwrites_an_entry_committed_under_its_name() {
     assert!(upserted.is_err(), "the name was taken: {upserted:?}");
 }
 
-/// The local server's port (from `PUNCTUAL_PG_URL` or 5432), for a proxy
-/// in front of it.
-fn server_port() -> u16 {
-    let url = common::pg::admin_url();
-    let authority = url
-        .split("://")
-        .nth(1)
-        .and_then(|rest| rest.split(['/', '?']).next())
-        .expect("a postgres:// URL");
-    let host_port = authority.rsplit('@').next().unwrap_or(authority);
-    let (_, port) = host_port.rsplit_once(':').unwrap_or((host_port, "5432"));
-    port.parse().expect("a port")
-}
-
 /// A claim whose reply was lost is sent again and recovers what it leased;
 /// that resend reports the queue's real head, so the next `take` does not
 /// nap over entries due now. (It once reported the first entry not yet
@@ -192,7 +178,7 @@ async fn after_a_recovered_claim_the_next_take_does_not_nap_over_due_entries() {
     let db = PgDb::new();
     let schema = schema();
     let direct = open(&db, &schema, "recovered-head").await;
-    let proxy = Proxy::start(server_port());
+    let proxy = Proxy::start(common::pg::admin_port());
     let via: PgQueue<u64> = PgQueue::builder("recovered-head")
         .url(&format!(
             "postgres://postgres@127.0.0.1:{}/{}",
@@ -246,7 +232,7 @@ async fn a_given_up_claim_that_lands_after_its_give_back_leases_nothing() {
     let db = PgDb::new();
     let schema = schema();
     let direct = open(&db, &schema, "late-claim").await;
-    let proxy = Proxy::start(server_port());
+    let proxy = Proxy::start(common::pg::admin_port());
     let pool = PgPoolOptions::new()
         .max_connections(3)
         .min_connections(3)

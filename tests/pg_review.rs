@@ -413,24 +413,6 @@ async fn concurrent_consumers_of_several_handles_take_each_entry_once() {
     assert_eq!(producer.stats().await.unwrap(), Default::default());
 }
 
-/// The local server's port (from `PUNCTUAL_PG_URL` or 5432), for a proxy
-/// in front of it; the server must be on this host.
-fn server_port() -> u16 {
-    let url = common::pg::admin_url();
-    let authority = url
-        .split("://")
-        .nth(1)
-        .and_then(|rest| rest.split(['/', '?']).next())
-        .expect("a postgres:// URL");
-    let host_port = authority.rsplit('@').next().unwrap_or(authority);
-    let (host, port) = host_port.rsplit_once(':').unwrap_or((host_port, "5432"));
-    assert!(
-        matches!(host, "127.0.0.1" | "localhost"),
-        "the proxy tests need the server on this host, not {host}"
-    );
-    port.parse().expect("a port")
-}
-
 /// A handle of queue `name` in `schema` whose connections go through
 /// `proxy`.
 async fn through(proxy: &Proxy, db: &PgDb, schema: &str, name: &str) -> PgQueue<u64> {
@@ -458,7 +440,7 @@ async fn a_claim_whose_reply_was_lost_is_sent_again_and_returns_what_it_leased()
     let db = PgDb::new();
     let schema = schema();
     let direct = open(&db, &schema, "lost-reply").await;
-    let proxy = Proxy::start(server_port());
+    let proxy = Proxy::start(common::pg::admin_port());
     let via = through(&proxy, &db, &schema, "lost-reply").await;
     // A first claim reads the database's clock: the bound is a real one.
     assert!(via.try_take().await.unwrap().is_none());
@@ -487,7 +469,7 @@ async fn a_claim_given_up_in_doubt_is_given_back_by_the_next_claim() {
     let db = PgDb::new();
     let schema = schema();
     let direct = open(&db, &schema, "given-up").await;
-    let proxy = Proxy::start(server_port());
+    let proxy = Proxy::start(common::pg::admin_port());
     let via = through(&proxy, &db, &schema, "given-up").await;
     assert!(via.try_take().await.unwrap().is_none());
     direct

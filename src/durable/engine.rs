@@ -44,6 +44,7 @@ use super::Durable;
 use super::backoff::Backoff;
 use super::job::Job;
 use super::store::{Applied, Batch, Finish, MAX_CLAIM, Outcome, Sealed, Taken};
+use super::take::Abandon;
 use super::worker::Counters;
 use crate::queue::deadline_after;
 
@@ -110,7 +111,8 @@ type Request<Q> = Pin<Box<dyn Future<Output = Reply<Q>> + Send>>;
 enum Reply<Q: Sealed> {
     Claim {
         result: Result<Batch<Value<Q>, Lease<Q>>, StoreError<Q>>,
-        attempt: Q::Attempt,
+        /// On an error: the claim, to be sent again.
+        attempt: Option<Q::Attempt>,
         sent: Vec<Finish<Lease<Q>>>,
         asked: usize,
         sent_at: Instant,
@@ -432,26 +434,20 @@ where
             let bound = self.queue.give_up_claim_after();
             self.requests.push(Box::pin(async move {
                 let sent_at = Instant::now();
-                // Dropped unanswered (the engine stopped waiting for it), the
-                // claim is given up: its leases go back with the handle's
-                // next request.
-                let mut pending = GiveUp {
-                    queue: &queue,
-                    attempt: Some(attempt),
+                // Dropped unanswered (the engine stopped waiting for it, or
+                // `bound` passed), the claim is given up: its leases go back
+                // with the handle's next request.
+                let mut pending = Abandon(&queue, attempt);
+                let Some(result) = within(bound, queue.claim(&mut pending.1, room, &sent)).await
+                else {
+                    drop(pending);
+                    return Reply::GaveUp { sent };
                 };
-                let attempt = pending.attempt.as_mut().expect("just put");
-                let claim = queue.claim(attempt, room, &sent);
-                let result = match bound {
-                    Some(bound) => match tokio::time::timeout(bound, claim).await {
-                        Ok(result) => result,
-                        Err(_) => {
-                            drop(pending);
-                            return Reply::GaveUp { sent };
-                        }
-                    },
-                    None => claim.await,
-                };
-                let attempt = pending.attempt.take().expect("still there");
+                // On an error it is sent again: out of the guard, which keeps
+                // a fresh claim, in doubt of nothing.
+                let attempt = result
+                    .is_err()
+                    .then(|| std::mem::replace(&mut pending.1, queue.new_attempt()));
                 Reply::Claim {
                     result,
                     attempt,
@@ -466,15 +462,10 @@ where
             self.finish_out = true;
             let queue = self.queue.clone();
             self.requests.push(Box::pin(async move {
-                let finish = queue.finish(&sent);
-                let result = match queue.give_up_claim_after() {
-                    Some(bound) => match tokio::time::timeout(bound, finish).await {
-                        Ok(result) => result,
-                        Err(_) => return Reply::FinishGaveUp { sent },
-                    },
-                    None => finish.await,
-                };
-                Reply::Finish { result, sent }
+                match within(queue.give_up_claim_after(), queue.finish(&sent)).await {
+                    Some(result) => Reply::Finish { result, sent },
+                    None => Reply::FinishGaveUp { sent },
+                }
             }));
         }
     }
@@ -491,9 +482,8 @@ where
                 self.claim_out = false;
                 match result {
                     Ok(batch) => {
-                        // Every claim has its own token: a delivery can only
-                        // ever finish the lease its own claim was granted.
-                        drop(attempt);
+                        // (Every claim has its own token: a delivery can only
+                        // ever finish the lease its own claim was granted.)
                         // It carried the give-back of any claim given up on.
                         self.gave_up = false;
                         self.settled(&sent, &batch.done);
@@ -533,7 +523,7 @@ where
                         // Sent again (also while stopping: the engine's exit
                         // gives back what it leased), it returns what it
                         // leased the first time.
-                        self.resend = Some(attempt);
+                        self.resend = attempt;
                         self.failed_request(&error, sent);
                     }
                 }
@@ -850,17 +840,12 @@ impl Failing {
     }
 }
 
-/// A claim on its way: given up if dropped before its reply came.
-struct GiveUp<'q, Q: Durable> {
-    queue: &'q Q,
-    attempt: Option<Q::Attempt>,
-}
-
-impl<Q: Durable> Drop for GiveUp<'_, Q> {
-    fn drop(&mut self) {
-        if let Some(attempt) = self.attempt.take() {
-            self.queue.abandon(&attempt);
-        }
+/// `fut`'s output, or `None` if `bound` passed first (with no bound, it
+/// waits for it).
+async fn within<F: Future>(bound: Option<Duration>, fut: F) -> Option<F::Output> {
+    match bound {
+        Some(bound) => tokio::time::timeout(bound, fut).await.ok(),
+        None => Some(fut.await),
     }
 }
 

@@ -149,3 +149,21 @@ fn drop_stale() {
             .output();
     }
 }
+
+/// The local server's port (from `PUNCTUAL_PG_URL` or 5432), for a proxy
+/// in front of it; the server must be on this host.
+pub fn admin_port() -> u16 {
+    let url = admin_url();
+    let authority = url
+        .split("://")
+        .nth(1)
+        .and_then(|rest| rest.split(['/', '?']).next())
+        .expect("a postgres:// URL");
+    let host_port = authority.rsplit('@').next().unwrap_or(authority);
+    let (host, port) = host_port.rsplit_once(':').unwrap_or((host_port, "5432"));
+    assert!(
+        matches!(host, "127.0.0.1" | "localhost"),
+        "the proxy tests need the server on this host, not {host}"
+    );
+    port.parse().expect("a port")
+}

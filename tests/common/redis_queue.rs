@@ -144,3 +144,28 @@ pub fn finish(child: &mut Child, patience: Duration) -> (ExitStatus, String, Str
     };
     (status, stdout.join().unwrap(), stderr.join().unwrap())
 }
+
+/// The SHA1 of the claim script as `src/redis/scripts.rs` assembles it (a
+/// proxy matches a claim by it: a request carries the script's SHA only).
+pub fn claim_sha() -> String {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/redis/scripts/");
+    let mut text = Vec::new();
+    for f in [
+        "lib/prelude.lua",
+        "lib/now_ms.lua",
+        "lib/place.lua",
+        "lib/held.lua",
+        "lib/ticks.lua",
+        "lib/finish.lua",
+        "claim.lua",
+    ] {
+        text.extend(std::fs::read(format!("{dir}{f}")).unwrap());
+    }
+    let tmp = std::env::temp_dir().join(format!("claim-{}.lua", std::process::id()));
+    std::fs::write(&tmp, &text).unwrap();
+    let out = std::process::Command::new("sha1sum")
+        .arg(&tmp)
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()[..40].to_owned()
+}

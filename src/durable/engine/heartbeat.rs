@@ -10,7 +10,7 @@ use std::pin::Pin;
 use tokio::task::Id;
 use tokio::time::Instant;
 
-use super::{Engine, RunState, StoreError};
+use super::{Engine, RunState, StoreError, within};
 use crate::durable::Durable;
 use crate::durable::job::Job;
 use crate::queue::deadline_after;
@@ -67,11 +67,11 @@ where
         self.extension = Some(Box::pin(async move {
             let sent_at = Instant::now();
             let extend = queue.extend(&leases, lease);
-            let result = match queue.give_up_claim_after() {
-                Some(bound) => tokio::time::timeout(bound, extend).await.ok(),
-                None => Some(extend.await),
-            };
-            (result, holders, sent_at)
+            (
+                within(queue.give_up_claim_after(), extend).await,
+                holders,
+                sent_at,
+            )
         }));
     }
 

@@ -324,6 +324,18 @@ BEGIN
     state := 'c'; next := v_ref;
 END $$;
 
+-- Waits for a sending of the claim `p_token` that runs now (a claim holds
+-- this lock shared), then records the token in `given_up` (trimmed to the
+-- last hour): a first sending of it that lands later leases nothing.
+CREATE OR REPLACE FUNCTION __SCHEMA__.give_up(p_token text, p_now bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('__SCHEMA__ claim'), hashtext(p_token));
+    DELETE FROM __SCHEMA__.given_up g WHERE g.at < p_now - 3600000;
+    INSERT INTO __SCHEMA__.given_up (token, at) VALUES (p_token, p_now)
+    ON CONFLICT DO NOTHING;
+END $$;
+
 -- Makes the entry `p_name` the tick of its schedule due at `p_at`: a fresh
 -- entry (attempt 0) with the schedule's value, in place of the tick that
 -- leaves (updated in place, so a statement waiting on that row's lock, an
@@ -413,10 +425,7 @@ BEGIN
         -- Waits for the claim if it runs now (it holds this lock shared),
         -- then marks its token: if it is still on its way (on another
         -- connection), it leases nothing when it lands.
-        PERFORM pg_advisory_xact_lock(hashtext('__SCHEMA__ claim'), hashtext(p_token));
-        DELETE FROM __SCHEMA__.given_up g WHERE g.at < p_now - 3600000;
-        INSERT INTO __SCHEMA__.given_up (token, at) VALUES (p_token, p_now)
-        ON CONFLICT DO NOTHING;
+        PERFORM __SCHEMA__.give_up(p_token, p_now);
         -- The clock read after the wait: the claim may have leased since
         -- `p_now` was read.
         FOR e IN SELECT * FROM __SCHEMA__.entries d
@@ -605,10 +614,7 @@ BEGIN
         -- Sent again: waits for a first sending still running (it holds
         -- the lock shared), so that what it leased is found below; and
         -- marks the token, so that one landing later leases nothing.
-        PERFORM pg_advisory_xact_lock(hashtext('__SCHEMA__ claim'), hashtext(p_token));
-        DELETE FROM __SCHEMA__.given_up g WHERE g.at < now - 3600000;
-        INSERT INTO __SCHEMA__.given_up (token, at) VALUES (p_token, now)
-        ON CONFLICT DO NOTHING;
+        PERFORM __SCHEMA__.give_up(p_token, now);
     END IF;
     IF p_recover IS NOT NULL THEN
         FOR e IN SELECT * FROM __SCHEMA__.entries d
