@@ -14,12 +14,14 @@
 //! shared with `Worker::stats` are atomics written only here.
 //!
 //! Fencing. Every run and prefetched entry knows until when its lease is
-//! surely held (`valid_until`: when the request that granted or extended it
-//! was sent, plus the lease; the store's clock started later). A run past
-//! it is dropped at its next await, a prefetched entry past it is not
-//! started: when the store cannot be reached, no handler runs on after its
-//! lease may have gone to another consumer. A run keeps its place until its
-//! task has ended, so two runs of one entry never overlap here and
+//! surely held (`valid_until`, a run's [`Fence`]: when the request that
+//! granted or extended it was sent, plus the lease; the store's clock
+//! started later). A run past it is not polled again (its task checks its
+//! fence on every poll, so a late engine cannot let it run on; see
+//! `run.rs`) and is dropped at its next await; a prefetched entry past it
+//! is not started: when the store cannot be reached, no handler runs on
+//! after its lease may have gone to another consumer. A run keeps its place
+//! until its task has ended, so two runs of one entry never overlap here and
 //! `concurrency` is never exceeded.
 
 use std::collections::{HashMap, VecDeque};
@@ -49,8 +51,10 @@ use super::worker::Counters;
 use crate::queue::deadline_after;
 
 mod heartbeat;
+mod run;
 
 use heartbeat::Extension;
+use run::{Fence, Guarded, Ran};
 
 /// How long a request waits, while handlers still run, for more of them to
 /// end: handlers that end together then share one round trip (and one
@@ -58,16 +62,20 @@ use heartbeat::Extension;
 /// that ends alone waits this long longer to be claimed.
 const LINGER: Duration = Duration::from_millis(1);
 
-/// How long, past the grace, a shutdown waits for dropped handlers to end
-/// (a handler can only be dropped at an await) and its last finishes.
+/// How long, past the grace, `Worker::shutdown` waits for dropped handlers
+/// to end (a handler can only be dropped at an await) and for their
+/// give-backs to land, before it returns; the engine goes on with them in
+/// the background.
+const ANSWER_AFTER: Duration = Duration::from_millis(100);
+
+/// How long, past the grace (or the end of the last handler that ended
+/// after it), the engine keeps sending its last finishes before it gives
+/// them up (their leases then run out).
 const STOP_WAIT: Duration = Duration::from_secs(1);
 
 type Lease<Q> = <Q as Sealed>::Lease;
 type Value<Q> = <Q as Sealed>::Value;
 type StoreError<Q> = <Q as Sealed>::Error;
-
-/// What a handler's task returns: `Ok` or why the attempt failed.
-type RunResult = Result<(), String>;
 
 /// How a handler's task ended.
 enum Ended {
@@ -75,6 +83,8 @@ enum Ended {
     Failed(String),
     /// Aborted by the engine (see the run's state).
     Aborted,
+    /// Stopped by its own fence: its lease may have run out.
+    Fenced,
 }
 
 /// A handler's run.
@@ -84,8 +94,8 @@ struct Run<L> {
     attempt: u32,
     abort: AbortHandle,
     state: RunState,
-    /// Until when its lease is surely held.
-    valid_until: Instant,
+    /// Until when its lease is surely held (also read by its task).
+    fence: Arc<Fence>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -94,7 +104,10 @@ enum RunState {
     /// Its lease was lost: aborted, its outcome discarded.
     Dropped,
     /// Aborted at the end of a shutdown's grace: given back (attempt
-    /// counted) once its task has ended, acked if it had finished.
+    /// counted) once its task has ended, acked if it had finished. Its
+    /// lease is kept alive until then (a handler that blocks its thread
+    /// cannot be dropped): its entry never goes to another consumer while
+    /// it runs.
     Stopped,
 }
 
@@ -139,7 +152,7 @@ pub(super) struct Engine<Q: Durable, H, Fut, E> {
     counters: Arc<Counters>,
     kicks: watch::Receiver<u64>,
     stopped: watch::Receiver<Option<Duration>>,
-    tasks: JoinSet<RunResult>,
+    tasks: JoinSet<Ran>,
     runs: HashMap<Id, Run<Lease<Q>>>,
     /// The live run of each entry id.
     by_id: HashMap<String, Id>,
@@ -177,6 +190,10 @@ pub(super) struct Engine<Q: Durable, H, Fut, E> {
     next_due: Instant,
     /// The end of a shutdown's grace.
     stopping: Option<Instant>,
+    /// When the last handler's task ended.
+    last_end: Instant,
+    /// Tells `Worker::shutdown` that it may return.
+    answer: watch::Sender<bool>,
     /// Every `Worker` handle is gone without a shutdown: the engine runs on.
     detached: bool,
     _outputs: PhantomData<fn() -> (Fut, E)>,
@@ -197,6 +214,7 @@ where
         timeout: Option<Duration>,
         counters: Arc<Counters>,
         stopped: watch::Receiver<Option<Duration>>,
+        answer: watch::Sender<bool>,
     ) -> Self {
         let apart = queue.finishes_apart();
         Engine {
@@ -229,6 +247,8 @@ where
             due: true,
             next_due: Instant::now(),
             stopping: None,
+            last_end: Instant::now(),
+            answer,
             detached: false,
             _outputs: PhantomData,
         }
@@ -249,11 +269,16 @@ where
             if let Some(grace_over) = self.stopping {
                 let settled =
                     self.runs.is_empty() && self.finished.is_empty() && self.requests.is_empty();
-                if settled || now >= deadline_after(grace_over, STOP_WAIT) {
+                if settled || now >= deadline_after(grace_over, ANSWER_AFTER) {
+                    // What is still on its way goes on in the background; a
+                    // handler that could not be dropped keeps its lease.
+                    self.answer.send_replace(true);
+                }
+                let give_up = deadline_after(grace_over.max(self.last_end), STOP_WAIT);
+                if settled || (self.runs.is_empty() && now >= give_up) {
                     if !settled {
                         tracing::warn!(
                             queue = self.name,
-                            running = self.runs.len(),
                             unsent = self.finished.len(),
                             "shutdown gave up waiting: what is left keeps its lease until it runs out"
                         );
@@ -268,7 +293,15 @@ where
             let retry_at = self.failing.retry_at;
             let linger_until = self.linger_until;
             let grace_over = self.stopping;
-            let stop_wait = self.stopping.map(|at| deadline_after(at, STOP_WAIT));
+            // Once every handler has ended: when the last finishes are given up.
+            let stop_wait = self
+                .stopping
+                .filter(|_| self.runs.is_empty())
+                .map(|at| deadline_after(at.max(self.last_end), STOP_WAIT));
+            let answer_at = self
+                .stopping
+                .filter(|_| !*self.answer.borrow())
+                .map(|at| deadline_after(at, ANSWER_AFTER));
             let running = self.runs.values().any(|run| run.state == RunState::Running);
             // A handler is dropped when its lease may have run out, whether
             // or not an extension is on its way (one may hang).
@@ -319,6 +352,7 @@ where
                     self.stop_runs();
                 }
                 _ = tokio::time::sleep_until(stop_wait.unwrap_or(now)), if stop_wait.is_some() => {}
+                _ = tokio::time::sleep_until(answer_at.unwrap_or(now)), if answer_at.is_some() => {}
             }
         }
         self.tasks.detach_all();
@@ -601,26 +635,20 @@ where
             schedule,
         };
         let handler = Arc::clone(&self.handler);
-        let limit = self.timeout;
-        let run = async move {
-            let outcome = AssertUnwindSafe(async move {
-                let fut = handler(job);
-                match limit {
-                    Some(limit) => match tokio::time::timeout(limit, fut).await {
-                        Ok(result) => result.map_err(|e| e.to_string()),
-                        Err(_) => Err(format!("timed out after {limit:?}")),
-                    },
-                    None => fut.await.map_err(|e| e.to_string()),
-                }
-            })
-            .catch_unwind()
-            .await;
+        let fence = Fence::new(valid_until);
+        let outcome = AssertUnwindSafe(async move {
+            let fut = handler(job);
+            fut.await.map_err(|e| e.to_string())
+        })
+        .catch_unwind()
+        .map(|outcome| {
             outcome.unwrap_or_else(|panic| {
                 let reason = panic_message(&*panic);
                 drop_payload(panic);
                 Err(reason)
             })
-        };
+        });
+        let run = Guarded::new(outcome, Arc::clone(&fence), self.timeout);
         let abort = self.tasks.spawn(run.instrument(span));
         self.by_id.insert(id.clone(), abort.id());
         self.counters.running.fetch_add(1, Ordering::Relaxed);
@@ -632,16 +660,17 @@ where
                 attempt,
                 abort,
                 state: RunState::Running,
-                valid_until,
+                fence,
             },
         );
     }
 
     /// A handler's task ended: its outcome becomes a finish to send.
-    fn joined(&mut self, joined: Result<(Id, RunResult), JoinError>) {
+    fn joined(&mut self, joined: Result<(Id, Ran), JoinError>) {
         let (task, ended) = match joined {
-            Ok((task, Ok(()))) => (task, Ended::Ok),
-            Ok((task, Err(reason))) => (task, Ended::Failed(reason)),
+            Ok((task, Ran::Ok)) => (task, Ended::Ok),
+            Ok((task, Ran::Failed(reason))) => (task, Ended::Failed(reason)),
+            Ok((task, Ran::Fenced)) => (task, Ended::Fenced),
             Err(error) => {
                 let task = error.id();
                 // A handler's own panic is caught inside its task: a panic
@@ -668,11 +697,22 @@ where
                 }
             }
         };
+        self.last_end = Instant::now();
         let Some(run) = self.remove_run(task) else {
             return;
         };
         let outcome = match (run.state, ended) {
             (RunState::Dropped, _) => return, // its lease was lost
+            (_, Ended::Fenced) => {
+                Counters::bump(&self.counters.lost);
+                tracing::warn!(
+                    queue = self.name,
+                    id = run.id,
+                    attempt = run.attempt,
+                    "a job ran past the end of its lease; its outcome is discarded"
+                );
+                return;
+            }
             // It ended before the abort took: its outcome stands.
             (_, Ended::Ok) => Outcome::Ack,
             (_, Ended::Aborted) => Outcome::GiveBack { counted: true },

@@ -69,6 +69,8 @@ use super::job::Job;
 pub struct Worker {
     counters: Arc<Counters>,
     stop: watch::Sender<Option<Duration>>,
+    /// Set by the engine when `shutdown` may return.
+    answered: watch::Receiver<bool>,
     engine: JoinHandle<()>,
 }
 
@@ -146,13 +148,17 @@ impl Worker {
     /// finish within `grace` (acked or retried as usual); the rest are then
     /// dropped at their next await and their entries given back due at once
     /// (that attempt counts). Returns the final stats as soon as no handler
-    /// runs and what it held is back, within `grace` plus about two seconds
-    /// (one for dropped handlers to end and the last finishes to reach the
-    /// store, one to give back a claim whose reply was lost). Every entry
-    /// the worker held is then back in the queue or acked: none waits for a
-    /// lease to run out, unless the store could not be reached, or a
-    /// handler never reached an await to be dropped at (its entry is then
-    /// left leased, never handed to another consumer while it runs).
+    /// runs and what it held is back, and by `grace` at the latest (plus a
+    /// tenth of a second for dropped handlers to end and their give-backs
+    /// to land), even when the store cannot be reached: what is still on
+    /// its way then goes on in the background, and what cannot be given
+    /// back comes back after its lease.
+    ///
+    /// A handler that cannot be dropped (it blocks its thread and never
+    /// reaches an await) is still counted in `running` when this returns;
+    /// its lease keeps being extended in the background until its task
+    /// ends, then its entry is given back (or acked, if it returned `Ok`):
+    /// it is never handed to another consumer while it runs.
     ///
     /// # Cancel safety
     ///
@@ -174,9 +180,13 @@ impl Worker {
     /// assert_eq!(stats.running, 0);
     /// # Ok(()) }
     /// ```
-    pub async fn shutdown(self, grace: Duration) -> WorkerStats {
+    pub async fn shutdown(mut self, grace: Duration) -> WorkerStats {
         self.stop.send_replace(Some(grace));
-        let _ = self.engine.await;
+        // An error: the engine has ended (or its runtime is going away).
+        let _ = self.answered.wait_for(|answered| *answered).await;
+        // The engine goes on in the background with what is left: dropping
+        // the handle detaches it.
+        drop(self.engine);
         self.counters.snapshot()
     }
 }
@@ -246,6 +256,7 @@ impl<Q: Durable> WorkerBuilder<Q> {
         };
         let counters = Arc::new(Counters::default());
         let (stop, stopped) = watch::channel(None);
+        let (answer, answered) = watch::channel(false);
         let engine = Engine::new(
             self.queue,
             handler,
@@ -254,10 +265,12 @@ impl<Q: Durable> WorkerBuilder<Q> {
             self.timeout,
             Arc::clone(&counters),
             stopped,
+            answer,
         );
         Worker {
             counters,
             stop,
+            answered,
             engine: runtime.spawn(engine.run()),
         }
     }

@@ -10,7 +10,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 use super::error::{Error, check_name, check_schema};
-use super::inner::Inner;
+use super::inner::{Inner, timed_out};
 use super::queue::PgQueue;
 use super::sql::{self, Statements};
 
@@ -24,6 +24,7 @@ pub struct PgQueueBuilder<T> {
     lease: Duration,
     max_attempts: u32,
     poll_interval: Duration,
+    response_timeout: Duration,
     _values: PhantomData<fn() -> T>,
 }
 
@@ -36,6 +37,7 @@ impl<T> fmt::Debug for PgQueueBuilder<T> {
             .field("lease", &self.lease)
             .field("max_attempts", &self.max_attempts)
             .field("poll_interval", &self.poll_interval)
+            .field("response_timeout", &self.response_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -50,6 +52,7 @@ impl<T> PgQueueBuilder<T> {
             lease: Duration::from_secs(30),
             max_attempts: 10,
             poll_interval: Duration::from_secs(1),
+            response_timeout: Duration::from_secs(10),
             _values: PhantomData,
         }
     }
@@ -106,6 +109,46 @@ impl<T> PgQueueBuilder<T> {
         self.poll_interval = every.max(Duration::from_millis(1));
         self
     }
+
+    /// The longest wait for a connection of the pool, and then for the
+    /// answer to one statement; default 10 s. A statement that gets no
+    /// answer in time (a link gone silent, a server paused) fails with a
+    /// transient [`Error::Database`] (an I/O error of kind `TimedOut`), and
+    /// its connection is closed, never returned to the pool; the statement
+    /// may still have run. `take*` and a `Worker` ride through: they ask
+    /// again on another connection (a claim whose answer was lost gets
+    /// what it leased). On the caller's own connection (`insert_in` and the
+    /// other transactional calls) the connection cannot be closed: drop
+    /// the transaction.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `limit` is zero.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use punctual::postgres::PgQueue;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::postgres::Error> {
+    /// let orders: PgQueue<u64> = PgQueue::builder("unpaid-orders")
+    ///     .url("postgres://localhost/shop")
+    ///     .response_timeout(Duration::from_secs(3))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn response_timeout(mut self, limit: Duration) -> Self {
+        assert!(
+            !limit.is_zero(),
+            "`response_timeout` must be greater than zero"
+        );
+        self.response_timeout = limit;
+        self
+    }
 }
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueueBuilder<T> {
@@ -127,6 +170,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueueBuilder<T> 
             None => {
                 PgPoolOptions::new()
                     .max_connections(10)
+                    .acquire_timeout(self.response_timeout)
                     // A ping before each query would double its round trips;
                     // a broken connection fails the query, which is retried.
                     .test_before_acquire(false)
@@ -134,13 +178,23 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueueBuilder<T> 
                     .await?
             }
         };
-        sql::install(&pool, &self.schema).await?;
+        let limit = self.response_timeout;
+        // The install may wait for another process's, under its lock.
+        bounded(limit, "installing the schema", sql::install(&pool, &self.schema)).await?;
         let statements = Statements::new(&self.schema);
-        let channel: String = sqlx::query_scalar(&statements.channel)
-            .bind(&self.schema)
-            .bind(&self.name)
-            .fetch_one(&pool)
-            .await?;
+        let channel: String = bounded(
+            limit,
+            "naming the channel",
+            async {
+                sqlx::query_scalar(&statements.channel)
+                    .bind(&self.schema)
+                    .bind(&self.name)
+                    .fetch_one(&pool)
+                    .await
+                    .map_err(Error::Database)
+            },
+        )
+        .await?;
         Ok(PgQueue::from_inner(Inner::new(
             self.name,
             pool,
@@ -149,6 +203,18 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueueBuilder<T> 
             self.lease,
             self.max_attempts,
             self.poll_interval,
+            limit,
         )))
     }
+}
+
+/// `fut`, or a timed-out error naming `what` once `limit` has passed.
+async fn bounded<R>(
+    limit: Duration,
+    what: &str,
+    fut: impl Future<Output = Result<R, Error>>,
+) -> Result<R, Error> {
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| Err(timed_out(what, limit)))
 }

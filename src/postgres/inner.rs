@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgRow;
-use sqlx::{PgPool, Row};
+use sqlx::{PgPool, Postgres, Row};
 use tokio::time::Instant;
 
 use super::error::Error;
@@ -37,6 +38,8 @@ pub(crate) struct Inner {
     pub(crate) lease: Duration,
     pub(crate) max_attempts: u32,
     pub(crate) poll_interval: Duration,
+    /// The longest wait for a connection, then for one statement's answer.
+    pub(crate) response_timeout: Duration,
     pub(crate) waiter: Waiter,
     /// The latest database clock reading seen (ms since the epoch).
     server_now: AtomicI64,
@@ -135,6 +138,7 @@ impl Inner {
         lease: Duration,
         max_attempts: u32,
         poll_interval: Duration,
+        response_timeout: Duration,
     ) -> Inner {
         Inner {
             name,
@@ -144,6 +148,7 @@ impl Inner {
             lease,
             max_attempts,
             poll_interval,
+            response_timeout,
             waiter: Waiter::default(),
             server_now: AtomicI64::new(0),
             in_doubt: Lock::new(Vec::new()),
@@ -203,7 +208,7 @@ impl Inner {
         let arrays = self.op_arrays(Some(&releases), ops);
         let kicks = *self.waiter.kicks().borrow();
         let max = i32::try_from(max.min(crate::durable::store::MAX_CLAIM)).unwrap_or(1);
-        let reply = retry_dead(|| {
+        let reply: Result<PgRow, Error> = call!(self, |conn| {
             sqlx::query(&self.sql.claim)
                 .bind(&self.name)
                 .bind(&self.channel)
@@ -218,13 +223,11 @@ impl Inner {
                 .bind(&arrays.ms)
                 .bind(&arrays.reasons)
                 .bind(&arrays.cands)
-                .fetch_one(&self.pool)
-        })
-        .await;
+                .fetch_one(conn)
+        });
         let row = match reply {
             Ok(row) => row,
             Err(error) => {
-                let error = Error::Database(error);
                 if !error.is_in_doubt() {
                     attempt.in_doubt = recover.is_some();
                 }
@@ -287,7 +290,7 @@ impl Inner {
     async fn finish_once(&self, ops: &[Op], release: bool) -> Result<Vec<OpResult>, Error> {
         let releases = release.then(|| Releases::take(&self.in_doubt));
         let arrays = self.op_arrays(releases.as_ref(), ops);
-        let row = retry_dead(|| {
+        let row: PgRow = call!(self, |conn| {
             sqlx::query(&self.sql.finish)
                 .bind(&self.name)
                 .bind(&self.channel)
@@ -299,9 +302,8 @@ impl Inner {
                 .bind(&arrays.ms)
                 .bind(&arrays.reasons)
                 .bind(&arrays.cands)
-                .fetch_one(&self.pool)
-        })
-        .await?;
+                .fetch_one(conn)
+        })?;
         let released = releases.map_or(0, Releases::sent);
         self.saw_clock(row.try_get("now")?);
         Ok(op_results(&row)?.split_off(released))
@@ -316,16 +318,15 @@ impl Inner {
     ) -> Result<Vec<Option<SystemTime>>, Error> {
         let ids: Vec<&str> = held.iter().map(|h| h.id.as_str()).collect();
         let tokens: Vec<&str> = held.iter().map(|h| &*h.token).collect();
-        let ends: Vec<i64> = retry_dead(|| {
+        let ends: Vec<i64> = call!(self, |conn| {
             sqlx::query_scalar(&self.sql.extend)
                 .bind(&self.name)
                 .bind(&self.channel)
                 .bind(millis(lease))
                 .bind(&ids)
                 .bind(&tokens)
-                .fetch_one(&self.pool)
-        })
-        .await?;
+                .fetch_one(conn)
+        })?;
         Ok(ends
             .into_iter()
             .map(|end| (end > 0).then(|| system_time(end)))
@@ -394,25 +395,102 @@ pub(crate) fn system_time(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
-/// Runs `call` again, at once, while it fails on a pooled connection that
-/// died before the statement was sent (the server restarted, or an
-/// administrator terminated it): the statement never ran, so asking again
-/// on the next connection is safe, and a handle does not fail one call per
-/// dead connection of its pool. Other errors are returned as they are.
-pub(crate) async fn retry_dead<R, E, F, Fut>(mut call: F) -> Result<R, E>
-where
-    E: DiedBeforeRunning,
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<R, E>>,
-{
-    // More than a pool's connections: each dead one fails once.
-    for _ in 0..64 {
-        match call().await {
-            Err(error) if error.died_before_running() => continue,
-            other => return other,
+/// Runs a statement on a connection of the pool, waiting at most the
+/// response timeout for the connection and then for the answer:
+/// `call!(inner, |conn| sqlx::query(..).fetch_one(conn))` (a macro, so that
+/// the statement may borrow both the connection and the caller's values).
+///
+/// A statement that fails on a pooled connection that died before it was
+/// sent (the server restarted, or an administrator terminated the session)
+/// never ran: it is sent again at once on the next connection, so a handle
+/// does not fail one call per dead connection of its pool. A statement
+/// with no answer in time may have run: it fails in doubt, and its
+/// connection is closed rather than pooled (the link may have gone silent;
+/// sqlx's test of a connection given back, a round trip, would wait for
+/// good).
+macro_rules! call {
+    ($inner:expr, |$conn:ident| $statement:expr) => {{
+        let inner: &$crate::postgres::inner::Inner = $inner;
+        let mut dead = 0;
+        loop {
+            let mut pooled = inner.acquire().await?;
+            let answer = {
+                let $conn: &mut ::sqlx::PgConnection = &mut pooled;
+                ::tokio::time::timeout(inner.response_timeout, $statement).await
+            };
+            match inner.answered(pooled, answer, &mut dead) {
+                Some(result) => break result,
+                None => continue,
+            }
+        }
+    }};
+}
+pub(crate) use call;
+
+impl Inner {
+    /// A connection of the pool, within the response timeout.
+    pub(crate) async fn acquire(&self) -> Result<PoolConnection<Postgres>, Error> {
+        match tokio::time::timeout(self.response_timeout, self.pool.acquire()).await {
+            Ok(conn) => Ok(conn?),
+            Err(_) => Err(Error::Database(sqlx::Error::PoolTimedOut)),
         }
     }
-    call().await
+
+    /// What [`call!`] makes of a statement's answer: `None` to send it
+    /// again on another connection.
+    pub(crate) fn answered<R, E: DiedBeforeRunning + Into<Error>>(
+        &self,
+        conn: PoolConnection<Postgres>,
+        answer: Result<Result<R, E>, tokio::time::error::Elapsed>,
+        dead: &mut u32,
+    ) -> Option<Result<R, Error>> {
+        match answer {
+            Ok(Err(error)) if error.died_before_running() && *dead < 64 => {
+                *dead += 1;
+                drop(conn.detach());
+                None
+            }
+            Ok(result) => {
+                release(conn, self.response_timeout);
+                Some(result.map_err(Into::into))
+            }
+            Err(_) => {
+                drop(conn.detach());
+                Some(Err(timed_out("a statement", self.response_timeout)))
+            }
+        }
+    }
+}
+
+/// Gives `conn` back to the pool. sqlx tests it first with a round trip
+/// that has no bound of its own: one that gets no answer in time drops the
+/// connection (closed, and the pool may open another).
+fn release(mut conn: PoolConnection<Postgres>, limit: Duration) {
+    let back = conn.return_to_pool();
+    drop(conn);
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(limit, back).await;
+    });
+}
+
+/// The error of a wait for the database that ran out: transient, and in
+/// doubt (what was sent may have run).
+pub(crate) fn timed_out(what: &str, limit: Duration) -> Error {
+    Error::Database(sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("{what} got no answer from PostgreSQL within {limit:?} (response_timeout)"),
+    )))
+}
+
+/// `fut` on the caller's own connection (a transactional call), bounded by
+/// the response timeout; that connection cannot be closed here.
+pub(crate) async fn on_callers<R>(
+    limit: Duration,
+    fut: impl Future<Output = Result<R, Error>>,
+) -> Result<R, Error> {
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| Err(timed_out("a statement on the caller's connection", limit)))
 }
 
 /// Whether the server ended the session before the statement ran:

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::builder::PgQueueBuilder;
 use super::delivery::Delivery;
 use super::error::{Error, check_id};
-use super::inner::{Attempt, Inner, millis, retry_dead, system_time};
+use super::inner::{Attempt, Inner, call, millis, on_callers, system_time};
 use super::{DeadLetter, PgStats};
 use crate::durable::store::{Sealed, Taken};
 use crate::durable::take::{Abandon, take_until};
@@ -112,9 +112,13 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// # Ok(()) }
     /// ```
     pub async fn insert(&self, value: &T, delay: Duration) -> Result<String, Error> {
-        let pool = &self.inner.pool;
-        let put = || self.put(pool, None, value, false, millis(delay));
-        let (_, id) = retry_dead(put).await?;
+        let (_, id) = call!(&self.inner, |conn| self.put(
+            conn,
+            None,
+            value,
+            false,
+            millis(delay)
+        ))?;
         Ok(id)
     }
 
@@ -126,8 +130,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// As [`insert`](Self::insert).
     pub async fn insert_at(&self, value: &T, at: SystemTime) -> Result<String, Error> {
         let at = at.duration_since(UNIX_EPOCH).map_or(0, millis);
-        let pool = &self.inner.pool;
-        let (_, id) = retry_dead(|| self.put(pool, None, value, true, at)).await?;
+        let (_, id) = call!(&self.inner, |conn| self.put(conn, None, value, true, at))?;
         Ok(id)
     }
 
@@ -147,9 +150,13 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         delay: Duration,
     ) -> Result<bool, Error> {
         check_id(id)?;
-        let pool = &self.inner.pool;
-        let put = || self.put(pool, Some(id), value, false, millis(delay));
-        let (inserted, _) = retry_dead(put).await?;
+        let (inserted, _) = call!(&self.inner, |conn| self.put(
+            conn,
+            Some(id),
+            value,
+            false,
+            millis(delay)
+        ))?;
         Ok(inserted)
     }
 
@@ -186,7 +193,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         value: &T,
         delay: Duration,
     ) -> Result<String, Error> {
-        let (_, id) = self.put(tx, None, value, false, millis(delay)).await?;
+        let put = self.put(tx, None, value, false, millis(delay));
+        let (_, id) = on_callers(self.inner.response_timeout, put).await?;
         Ok(id)
     }
 
@@ -204,7 +212,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         delay: Duration,
     ) -> Result<bool, Error> {
         check_id(id)?;
-        let (inserted, _) = self.put(tx, Some(id), value, false, millis(delay)).await?;
+        let put = self.put(tx, Some(id), value, false, millis(delay));
+        let (inserted, _) = on_callers(self.inner.response_timeout, put).await?;
         Ok(inserted)
     }
 
@@ -243,7 +252,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// database cannot be reached.
     pub async fn remove(&self, id: &str) -> Result<bool, Error> {
         check_id(id)?;
-        retry_dead(|| self.remove_on(&self.inner.pool, id, false)).await
+        call!(&self.inner, |conn| self.remove_on(conn, id, false))
     }
 
     /// As [`remove`](Self::remove), inside the caller's transaction: the
@@ -254,7 +263,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// As [`remove`](Self::remove).
     pub async fn remove_in(&self, tx: &mut PgConnection, id: &str) -> Result<bool, Error> {
         check_id(id)?;
-        self.remove_on(tx, id, false).await
+        on_callers(self.inner.response_timeout, self.remove_on(tx, id, false)).await
     }
 
     pub(crate) async fn remove_on<'e>(
@@ -279,15 +288,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// As [`remove`](Self::remove).
     pub async fn reset(&self, id: &str, delay: Duration) -> Result<bool, Error> {
         check_id(id)?;
-        Ok(retry_dead(|| {
+        Ok(call!(&self.inner, |conn| {
             sqlx::query_scalar(&self.inner.sql.reset)
                 .bind(&self.inner.name)
                 .bind(&self.inner.channel)
                 .bind(id)
                 .bind(millis(delay))
-                .fetch_one(&self.inner.pool)
-        })
-        .await?)
+                .fetch_one(conn)
+        })?)
     }
 
     /// When the entry `id` is due (the end of its lease while leased), or
@@ -298,13 +306,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// As [`remove`](Self::remove).
     pub async fn deadline(&self, id: &str) -> Result<Option<SystemTime>, Error> {
         check_id(id)?;
-        let at: Option<i64> = retry_dead(|| {
+        let at: Option<i64> = call!(&self.inner, |conn| {
             sqlx::query_scalar(&self.inner.sql.deadline)
                 .bind(&self.inner.name)
                 .bind(id)
-                .fetch_optional(&self.inner.pool)
-        })
-        .await?;
+                .fetch_optional(conn)
+        })?;
         Ok(at.map(system_time))
     }
 
@@ -428,12 +435,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     ///
     /// [`Error::Database`] if the database cannot be reached.
     pub async fn stats(&self) -> Result<PgStats, Error> {
-        let row = retry_dead(|| {
+        let row = call!(&self.inner, |conn| {
             sqlx::query(&self.inner.sql.stats)
                 .bind(&self.inner.name)
-                .fetch_one(&self.inner.pool)
-        })
-        .await?;
+                .fetch_one(conn)
+        })?;
         let count = |column: &str| -> Result<u64, Error> {
             let n: i64 = row.try_get(column)?;
             Ok(u64::try_from(n).unwrap_or(0))
@@ -455,13 +461,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         if max == 0 {
             return Ok(Vec::new());
         }
-        let rows = retry_dead(|| {
+        let rows = call!(&self.inner, |conn| {
             sqlx::query(&self.inner.sql.dead_letters)
                 .bind(&self.inner.name)
                 .bind(i64::try_from(max).unwrap_or(i64::MAX))
-                .fetch_all(&self.inner.pool)
-        })
-        .await?;
+                .fetch_all(conn)
+        })?;
         rows.into_iter()
             .map(|row| {
                 let value: String = row.try_get("value")?;
@@ -485,15 +490,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// As [`remove`](Self::remove).
     pub async fn requeue_dead(&self, id: &str, delay: Duration) -> Result<bool, Error> {
         check_id(id)?;
-        Ok(retry_dead(|| {
+        Ok(call!(&self.inner, |conn| {
             sqlx::query_scalar(&self.inner.sql.requeue_dead)
                 .bind(&self.inner.name)
                 .bind(&self.inner.channel)
                 .bind(id)
                 .bind(millis(delay))
-                .fetch_one(&self.inner.pool)
-        })
-        .await?)
+                .fetch_one(conn)
+        })?)
     }
 
     /// Deletes every entry and schedule of this queue (other queues of the
@@ -503,12 +507,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     ///
     /// [`Error::Database`] if the database cannot be reached.
     pub async fn purge(&self) -> Result<(), Error> {
-        retry_dead(|| {
+        call!(&self.inner, |conn| {
             sqlx::query(&self.inner.sql.purge)
                 .bind(&self.inner.name)
-                .execute(&self.inner.pool)
-        })
-        .await?;
+                .execute(conn)
+        })?;
         Ok(())
     }
 

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use sqlx::Row;
 
 use super::error::{Error, check_id};
-use super::inner::{cron_instants, millis, retry_dead, system_time};
+use super::inner::{call, cron_instants, millis, system_time};
 use super::queue::PgQueue;
 use crate::MissedTicks;
 use crate::durable::{ScheduleInfo, period_ms, policy, spec_of};
@@ -49,15 +49,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             .collect::<Result<Vec<_>, _>>()?;
         let delays: Vec<i64> = entries.iter().map(|(_, delay)| millis(*delay)).collect();
         let inner = self.inner();
-        Ok(retry_dead(|| {
+        Ok(call!(inner, |conn| {
             sqlx::query_scalar(&inner.sql.insert_many)
                 .bind(&inner.name)
                 .bind(&inner.channel)
                 .bind(&values)
                 .bind(&delays)
-                .fetch_one(&inner.pool)
-        })
-        .await?)
+                .fetch_one(conn)
+        })?)
     }
 
     /// Creates or changes the schedule `name`: a tick every `period`, on a
@@ -123,7 +122,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         let inner = self.inner();
         let mut cands = String::new();
         for _ in 0..3 {
-            let row = retry_dead(|| {
+            let row = call!(inner, |conn| {
                 sqlx::query(&inner.sql.schedule)
                     .bind(&inner.name)
                     .bind(&inner.channel)
@@ -131,9 +130,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                     .bind(&rec)
                     .bind(&json)
                     .bind(&cands)
-                    .fetch_one(&inner.pool)
-            })
-            .await?;
+                    .fetch_one(conn)
+            })?;
             let result: i32 = row.try_get("result")?;
             match result {
                 TAKEN => {
@@ -161,7 +159,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// As [`remove`](Self::remove).
     pub async fn unschedule(&self, name: &str) -> Result<bool, Error> {
         check_id(name)?;
-        retry_dead(|| self.remove_on(&self.inner().pool, name, true)).await
+        call!(self.inner(), |conn| self.remove_on(conn, name, true))
     }
 
     /// Every schedule of the queue, by name: its spec, next instant (`None`
@@ -173,12 +171,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// [`Error::Database`] if the database cannot be reached.
     pub async fn schedules(&self) -> Result<Vec<ScheduleInfo<T>>, Error> {
         let inner = self.inner();
-        let rows = retry_dead(|| {
+        let rows = call!(inner, |conn| {
             sqlx::query(&inner.sql.schedules)
                 .bind(&inner.name)
-                .fetch_all(&inner.pool)
-        })
-        .await?;
+                .fetch_all(conn)
+        })?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
             let rec: String = row.try_get("rec")?;

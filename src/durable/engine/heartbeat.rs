@@ -49,8 +49,10 @@ where
         self.drop_overdue(Instant::now());
         let mut holders = Vec::new();
         let mut leases = Vec::new();
+        // A stopped run is still running until its task ends (a handler
+        // that blocks its thread cannot be dropped): its lease is kept.
         for (task, run) in &self.runs {
-            if run.state == RunState::Running {
+            if run.state != RunState::Dropped {
                 holders.push(Holder::Run(*task));
                 leases.push(run.lease.clone());
             }
@@ -81,7 +83,7 @@ where
         let overdue: Vec<Id> = self
             .runs
             .iter()
-            .filter(|(_, run)| run.state == RunState::Running && run.valid_until <= now)
+            .filter(|(_, run)| run.state == RunState::Running && run.fence.until() <= now)
             .map(|(task, _)| *task)
             .collect();
         for task in overdue {
@@ -95,7 +97,7 @@ where
         self.runs
             .values()
             .filter(|run| run.state == RunState::Running)
-            .map(|run| run.valid_until)
+            .map(|run| run.fence.until())
             .min()
     }
 
@@ -128,8 +130,8 @@ where
         for (holder, held) in holders.into_iter().zip(held) {
             match (holder, held) {
                 (Holder::Run(task), true) => {
-                    if let Some(run) = self.runs.get_mut(&task) {
-                        run.valid_until = valid_until;
+                    if let Some(run) = self.runs.get(&task) {
+                        run.fence.set(valid_until);
                     }
                 }
                 (Holder::Run(task), false) => self.drop_run(task, "an extension found it lost"),

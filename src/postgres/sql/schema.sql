@@ -146,7 +146,9 @@ END $$;
 
 -- INSERT_MANY: new pending entries, `p_ms[i]` from now, ids '#<seq>' in
 -- order; all or none. A made id a caller has taken with its own id is
--- skipped, as `insert` does.
+-- skipped, as `insert` does. (Linear in the batch: the arrays are read
+-- with unnest, never subscripted inside a statement, where each subscript
+-- of a text[] walks the array from its start.)
 CREATE OR REPLACE FUNCTION __SCHEMA__.insert_many(p_queue text, p_channel text,
     p_values text[], p_ms bigint[]) RETURNS text[]
 LANGUAGE plpgsql AS $$
@@ -154,40 +156,47 @@ DECLARE
     v_now bigint := __SCHEMA__.now_ms();
     v_old_head bigint := __SCHEMA__.head(p_queue);
     v_n integer := coalesce(array_length(p_values, 1), 0);
-    v_seqs bigint[];
-    v_done bigint[];
     v_ids text[];
+    v_seqs bigint[];
+    v_inserted integer;
     v_seq bigint;
     v_first bigint;
+    r record;
 BEGIN
     IF v_n = 0 THEN
         RETURN '{}';
     END IF;
-    -- One sequence number per entry, increasing with its place.
-    SELECT array_agg(x.seq ORDER BY x.o) INTO v_seqs
-    FROM (SELECT g.o, nextval('__SCHEMA__.seq') AS seq
-          FROM generate_series(1, v_n) AS g(o) ORDER BY g.o) AS x;
-    WITH inserted AS (
+    -- One sequence number per entry, increasing with its place; the ids of
+    -- those whose made id was free, NULL where a caller's id took it.
+    WITH numbered AS MATERIALIZED (
+        SELECT u.o, u.value, u.ms, nextval('__SCHEMA__.seq') AS seq
+        FROM (SELECT x.value, x.ms, x.o
+              FROM unnest(p_values, p_ms) WITH ORDINALITY AS x(value, ms, o)
+              ORDER BY x.o) AS u
+    ), inserted AS (
         INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value)
-        SELECT p_queue, '#' || v_seqs[g.o], v_seqs[g.o], v_now + p_ms[g.o], p_values[g.o]
-        FROM generate_series(1, v_n) AS g(o)
+        SELECT p_queue, '#' || n.seq, n.seq, v_now + n.ms, n.value FROM numbered n
         ON CONFLICT DO NOTHING
         RETURNING seq
     )
-    SELECT coalesce(array_agg(seq), '{}') INTO v_done FROM inserted;
-    v_ids := ARRAY(SELECT '#' || v_seqs[g.o] FROM generate_series(1, v_n) AS g(o) ORDER BY g.o);
-    IF array_length(v_done, 1) IS DISTINCT FROM v_n THEN
-        FOR i IN 1 .. v_n LOOP
-            CONTINUE WHEN v_seqs[i] = ANY (v_done);
-            -- A new id, the same place in the batch's order.
+    SELECT array_agg(CASE WHEN i.seq IS NULL THEN NULL ELSE '#' || n.seq END ORDER BY n.o),
+           array_agg(n.seq ORDER BY n.o), count(i.seq)
+    INTO v_ids, v_seqs, v_inserted
+    FROM numbered n LEFT JOIN inserted i ON i.seq = n.seq;
+    IF v_inserted < v_n THEN
+        FOR r IN SELECT x.o, x.seq, x.value, x.ms
+                 FROM unnest(v_ids, v_seqs, p_values, p_ms) WITH ORDINALITY
+                     AS x(id, seq, value, ms, o)
+                 WHERE x.id IS NULL LOOP
+            -- A new id, the same place in the batch's order (its seq).
             LOOP
                 v_seq := nextval('__SCHEMA__.seq');
                 INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value)
-                VALUES (p_queue, '#' || v_seq, v_seqs[i], v_now + p_ms[i], p_values[i])
+                VALUES (p_queue, '#' || v_seq, r.seq, v_now + r.ms, r.value)
                 ON CONFLICT DO NOTHING;
                 EXIT WHEN FOUND;
             END LOOP;
-            v_ids[i] := '#' || v_seq;
+            v_ids[r.o::integer] := '#' || v_seq;
         END LOOP;
     END IF;
     SELECT min(v_now + m) INTO v_first FROM unnest(p_ms) AS m;
@@ -564,11 +573,11 @@ END $$;
 -- `head`: when the head is due after the claim (NULL: empty queue);
 -- `more`: more entries were due than taken; `locked`: due entries were
 -- skipped, locked by another transaction (`head` is then the first entry
--- not yet due). A claim with no ops commits with synchronous_commit off:
--- a crash may forget it, and its entries are then due again, as after an
--- expired lease; with ops (finishes must be durable) it waits as usual.
--- (The setting is local to the transaction: a caller that runs claim inside
--- a transaction of its own turns it off for that whole transaction.)
+-- not yet due). A claim commits durably, like every write: a crash of the
+-- server must not forget a lease whose handler already runs (the entry
+-- would be due again at once, and run twice side by side). The values it
+-- returns are bounded to about `p_max_bytes` (at least one entry; `more`
+-- is then set): an array holds at most 1 GB.
 CREATE OR REPLACE FUNCTION __SCHEMA__.claim(p_queue text, p_channel text, p_max integer,
     p_lease bigint, p_limit integer, p_token text, p_recover bigint,
     p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[], p_reasons text[],
@@ -586,6 +595,8 @@ DECLARE
     v_state text;
     v_next bigint;
     v_found integer := 0;
+    v_bytes bigint := 0;
+    v_max_bytes constant bigint := 64 * 1024 * 1024;
     v_due refcursor;
 BEGIN
     now := __SCHEMA__.now_ms();
@@ -593,7 +604,6 @@ BEGIN
     more := false;
     locked := false;
     IF coalesce(cardinality(p_kinds), 0) = 0 THEN
-        PERFORM set_config('synchronous_commit', 'off', true);
         results := '{}'; cron_from := '{}'; recs := '{}';
     ELSE
         SELECT f.results, f.cron_from, f.recs INTO results, cron_from, recs
@@ -669,6 +679,12 @@ BEGIN
                 PERFORM __SCHEMA__.place_tick(p_queue, p_channel, e.id, v_next);
             END IF;
         ELSE
+            IF cardinality(ids) > 0 AND v_bytes + octet_length(e.value) > v_max_bytes THEN
+                more := true;
+                head := e.run_at;
+                EXIT;
+            END IF;
+            v_bytes := v_bytes + octet_length(e.value);
             UPDATE __SCHEMA__.entries d SET run_at = v_lease_end, attempt = e.attempt,
                 deadline = e.deadline, token = p_token, since = now
             WHERE CURRENT OF v_due;
