@@ -1636,13 +1636,18 @@ common::stores::on_every_store! {
 
         let too_long = "a".repeat(513);
         let too_long_multibyte = format!("a{}", "é".repeat(256)); // 513 bytes
-        for bad in ["", too_long.as_str(), too_long_multibyte.as_str()] {
-            let what = |op: &str| format!("{op}({} bytes)", bad.len());
+        // (No store takes a NUL: PostgreSQL text cannot hold one, and one
+        // rule keeps an id valid on every store.)
+        for bad in ["", too_long.as_str(), too_long_multibyte.as_str(), "a\0", "\0", "a\0b"] {
+            let what = |op: &str| format!("{op}({bad:?}, {} bytes)", bad.len());
             assert_invalid_id(q.insert_with_id(bad, &3, ms(0)).await, &what("insert"));
             assert_invalid_id(q.remove(bad).await, &what("remove"));
             assert_invalid_id(q.reset(bad, ms(0)).await, &what("reset"));
             assert_invalid_id(q.deadline(bad).await, &what("deadline"));
             assert_invalid_id(q.requeue_dead(bad, ms(0)).await, &what("requeue_dead"));
+            let every = q.schedule_every(bad, HOUR, punctual::MissedTicks::Skip, &4).await;
+            assert_invalid_id(every, &what("schedule_every"));
+            assert_invalid_id(q.unschedule(bad).await, &what("unschedule"));
         }
         assert_eq!(store.footprint_all(), before, "a rejected call wrote");
         assert_eq!(
@@ -1711,7 +1716,7 @@ common::stores::on_every_store! {
         // A valid queue first, so the store exists to be looked at.
         let q: Q<u64> = store.open("valid").await;
         let too_long = "q".repeat(513);
-        for name in ["", "a{b", "a}b", "{q}", too_long.as_str()] {
+        for name in ["", "a{b", "a}b", "{q}", too_long.as_str(), "\0", "a\0", "a\0b"] {
             match store.builder::<u64>(name).build().await {
                 Err(Error::InvalidName(why)) => assert!(!why.is_empty()),
                 other => panic!(

@@ -1,7 +1,7 @@
-//! Input that only PostgreSQL refuses: a NUL character in an id or a queue
-//! name (text cannot hold it; Redis can, see `redis_bad_input.rs`), and a
-//! schema name that is not a plain SQL identifier. The bad input both
-//! stores refuse is in `durable_queue.rs`.
+//! Input PostgreSQL refuses, on its own calls: a NUL character in an id
+//! given to the transactional twins (`*_in`) or in a queue name, and a
+//! schema name that is not a plain SQL identifier. The bad input every
+//! store refuses (NUL included) is in `durable_queue.rs`.
 //!
 //! Each test has a schema of its own in this binary's database.
 

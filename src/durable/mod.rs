@@ -59,6 +59,7 @@ mod backoff;
 mod engine;
 mod job;
 pub(crate) mod ops;
+pub(crate) mod rules;
 mod schedule;
 pub(crate) mod store;
 pub(crate) mod take;

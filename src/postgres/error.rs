@@ -107,45 +107,15 @@ impl Error {
     }
 }
 
-const MAX_ID_LEN: usize = 512;
 
-/// Checks an id against the documented limits.
+/// Checks an id against the rules every store keeps.
 pub(crate) fn check_id(id: &str) -> Result<(), Error> {
-    if id.is_empty() {
-        return Err(Error::InvalidId("an id must not be empty".into()));
-    }
-    if id.len() > MAX_ID_LEN {
-        return Err(Error::InvalidId(format!(
-            "an id has at most {MAX_ID_LEN} bytes, this one has {}",
-            id.len()
-        )));
-    }
-    if id.contains('\0') {
-        return Err(Error::InvalidId(format!(
-            "{id:?} holds a NUL character, which PostgreSQL text cannot"
-        )));
-    }
-    Ok(())
+    crate::durable::rules::id_problem(id).map_or(Ok(()), |why| Err(Error::InvalidId(why)))
 }
 
-/// Checks a queue name: the Redis rules (so one name works on both stores),
-/// and no NUL.
+/// Checks a queue name against the rules every store keeps.
 pub(crate) fn check_name(name: &str) -> Result<(), Error> {
-    if name.is_empty() {
-        return Err(Error::InvalidName("a queue name must not be empty".into()));
-    }
-    if name.len() > MAX_ID_LEN {
-        return Err(Error::InvalidName(format!(
-            "a queue name has at most {MAX_ID_LEN} bytes, this one has {}",
-            name.len()
-        )));
-    }
-    if name.contains(['{', '}', '\0']) {
-        return Err(Error::InvalidName(format!(
-            "{name:?} contains a brace or a NUL character"
-        )));
-    }
-    Ok(())
+    crate::durable::rules::name_problem(name).map_or(Ok(()), |why| Err(Error::InvalidName(why)))
 }
 
 /// Checks a schema name: a plain SQL identifier (letters, digits and `_`,

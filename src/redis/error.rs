@@ -12,10 +12,12 @@ pub enum Error {
     Redis(redis::RedisError),
     /// The value could not be serialized to JSON; nothing was sent.
     Encode(serde_json::Error),
-    /// An id that is empty or longer than 512 bytes; nothing was sent.
+    /// An id that is empty, longer than 512 bytes or holds a NUL character
+    /// (refused by every store, as PostgreSQL text cannot hold one);
+    /// nothing was sent.
     InvalidId(String),
-    /// A queue name that is empty, longer than 512 bytes or contains `{` or
-    /// `}` (they would break the queue's hash tag).
+    /// A queue name that is empty, longer than 512 bytes or contains `{`,
+    /// `}` (they would break the queue's hash tag) or a NUL character.
     InvalidName(String),
     /// The server is older than Redis 6.2 or not a Redis server, or this
     /// process cannot serve what the queue holds (a cron schedule without
@@ -108,37 +110,13 @@ impl Error {
     }
 }
 
-/// Checks an id against the documented limits.
+/// Checks an id against the rules every store keeps.
 pub(crate) fn check_id(id: &str) -> Result<(), Error> {
-    if id.is_empty() {
-        return Err(Error::InvalidId("an id must not be empty".into()));
-    }
-    if id.len() > MAX_ID_LEN {
-        return Err(Error::InvalidId(format!(
-            "an id has at most {MAX_ID_LEN} bytes, this one has {}",
-            id.len()
-        )));
-    }
-    Ok(())
+    crate::durable::rules::id_problem(id).map_or(Ok(()), |why| Err(Error::InvalidId(why)))
 }
 
-/// Checks a queue name: it goes between the braces of every key's hash tag.
+/// Checks a queue name against the rules every store keeps.
 pub(crate) fn check_name(name: &str) -> Result<(), Error> {
-    if name.is_empty() {
-        return Err(Error::InvalidName("a queue name must not be empty".into()));
-    }
-    if name.len() > MAX_ID_LEN {
-        return Err(Error::InvalidName(format!(
-            "a queue name has at most {MAX_ID_LEN} bytes, this one has {}",
-            name.len()
-        )));
-    }
-    if name.contains(['{', '}']) {
-        return Err(Error::InvalidName(format!(
-            "{name:?} contains a brace, which would break the hash tag of its keys"
-        )));
-    }
-    Ok(())
+    crate::durable::rules::name_problem(name).map_or(Ok(()), |why| Err(Error::InvalidName(why)))
 }
 
-const MAX_ID_LEN: usize = 512;
