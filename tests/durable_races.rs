@@ -8,6 +8,7 @@
 
 mod common;
 
+use common::proxied::Proxied;
 use common::proxy::{Direction, Proxy};
 use common::wait::{HOUR, WAIT, eventually, ms};
 use punctual::durable::{Backoff, Job, Worker};
@@ -15,49 +16,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::{Instant, sleep};
-
-/// A store whose server a proxy can stand in front of.
-trait Proxied {
-    type Builder;
-    /// The port of the store's server.
-    fn upstream_port(&self) -> u16;
-    /// A builder of queue `name` (`u64`), as `Store::builder` configures it
-    /// (lease, poll interval, schema), connecting through `proxy`. On Redis
-    /// the response timeout is 3 s (PostgreSQL has none).
-    fn via(&self, proxy: &Proxy, name: &str) -> Self::Builder;
-}
-
-#[cfg(feature = "redis")]
-impl Proxied for common::stores::redis::Store {
-    type Builder = punctual::redis::RedisQueueBuilder<u64>;
-
-    fn upstream_port(&self) -> u16 {
-        self.server.port()
-    }
-
-    fn via(&self, proxy: &Proxy, name: &str) -> Self::Builder {
-        self.builder(name)
-            .url(&proxy.url())
-            .response_timeout(ms(3000))
-    }
-}
-
-#[cfg(feature = "postgres")]
-impl Proxied for common::stores::pg::Store {
-    type Builder = punctual::postgres::PgQueueBuilder<u64>;
-
-    fn upstream_port(&self) -> u16 {
-        common::pg::admin_port()
-    }
-
-    fn via(&self, proxy: &Proxy, name: &str) -> Self::Builder {
-        self.builder(name).url(&format!(
-            "postgres://postgres@127.0.0.1:{}/{}",
-            proxy.port(),
-            self.db.name()
-        ))
-    }
-}
 
 /// When a handler last reached an await.
 type LastTick = Arc<Mutex<Option<Instant>>>;

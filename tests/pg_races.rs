@@ -310,3 +310,47 @@ async fn insert_many_keeps_its_order_around_an_id_a_caller_took() {
     let order: Vec<u64> = taken.iter().map(|d| *d.value()).collect();
     assert_eq!(order, [0, 1, 2], "ids {ids:?}");
 }
+
+/// A claim's values are bounded in bytes: a consumer with many free places
+/// and large values asked for them all in one claim, whose `text[]` of
+/// values passed PostgreSQL's 1 GB limit ("array size exceeds the maximum
+/// allowed", 110 values of 10 MB): the claim failed, and a worker asked for
+/// the same batch forever. Here 6 values of 4 MB: one claim returns at most
+/// 16 MiB of them, the rest come with the next claims, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_of_large_values_is_bounded_in_bytes() {
+    const MB: usize = 1 << 20;
+    let db = PgDb::new();
+    let schema = schema();
+    let q: PgQueue<String> = PgQueue::builder("big")
+        .url(&db.url())
+        .schema(&schema)
+        .lease(Duration::from_secs(60))
+        .build()
+        .await
+        .expect("build");
+    let value = "x".repeat(4 * MB);
+    for i in 0..6 {
+        let id = format!("e{i}");
+        assert!(q.insert_with_id(&id, &value, Duration::ZERO).await.unwrap());
+    }
+    let mut batches = Vec::new();
+    let mut seen = Vec::new();
+    while seen.len() < 6 {
+        let batch = q.take_many(128).await.expect("a claim of large values");
+        let bytes: usize = batch.iter().map(|d| d.value().len() + 2).sum();
+        assert!(
+            bytes <= 16 * MB,
+            "one claim returned {bytes} bytes of values ({} entries)",
+            batch.len()
+        );
+        batches.push(batch.len());
+        for d in batch {
+            seen.push(d.id().to_owned());
+            assert!(d.ack().await.unwrap());
+        }
+    }
+    let want: Vec<String> = (0..6).map(|i| format!("e{i}")).collect();
+    assert_eq!(seen, want, "batches of {batches:?}");
+    assert!(batches.len() >= 2, "batches of {batches:?}");
+}

@@ -36,6 +36,7 @@ impl Drop for Bomb {
 pub mod ledger;
 #[cfg(feature = "postgres")]
 pub mod pg;
+pub mod proxied;
 pub mod proxy;
 pub mod redis_cluster;
 #[cfg(feature = "redis")]

@@ -576,8 +576,9 @@ END $$;
 -- not yet due). A claim commits durably, like every write: a crash of the
 -- server must not forget a lease whose handler already runs (the entry
 -- would be due again at once, and run twice side by side). The values it
--- returns are bounded to about `p_max_bytes` (at least one entry; `more`
--- is then set): an array holds at most 1 GB.
+-- returns add up to at most 16 MiB (or one entry; `more` is then set): an
+-- array holds at most 1 GB, and a consumer with many free places and large
+-- values would otherwise ask for the same batch forever.
 CREATE OR REPLACE FUNCTION __SCHEMA__.claim(p_queue text, p_channel text, p_max integer,
     p_lease bigint, p_limit integer, p_token text, p_recover bigint,
     p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[], p_reasons text[],
@@ -596,7 +597,7 @@ DECLARE
     v_next bigint;
     v_found integer := 0;
     v_bytes bigint := 0;
-    v_max_bytes constant bigint := 64 * 1024 * 1024;
+    v_max_bytes constant bigint := 16 * 1024 * 1024;
     v_due refcursor;
 BEGIN
     now := __SCHEMA__.now_ms();
