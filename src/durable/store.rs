@@ -128,16 +128,16 @@ pub trait Sealed {
     /// reply was lost).
     fn is_in_doubt(error: &Self::Error) -> bool;
     /// Whether a worker sends its finishes apart from its claims, each
-    /// beside the other in flight (where a claim that carries no finishes is
-    /// cheaper: on PostgreSQL it commits without waiting for the disk),
-    /// rather than riding with the next claim.
+    /// beside the other in flight (where a claim that carries finishes
+    /// would wait for their writes: on PostgreSQL, one transaction), rather
+    /// than riding with the next claim.
     fn finishes_apart(&self) -> bool {
         false
     }
     /// How long a worker waits for a claim's reply before it gives the
     /// claim up and claims anew (and for the reply to an extension or to a
-    /// request of finishes, before it sends them again); `None` where every
-    /// request has a response timeout of its own (Redis).
+    /// request of finishes, before it sends them again); `None` where the
+    /// store's own response timeout is the only bound (Redis).
     fn give_up_claim_after(&self) -> Option<Duration> {
         None
     }

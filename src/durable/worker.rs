@@ -28,7 +28,11 @@ use super::job::Job;
 /// third of the queue's lease (all of its leases in one request); a handler
 /// whose lease was lost (the entry was removed, or delivered elsewhere
 /// after the worker could not reach the store in time) is dropped at its
-/// next await and its outcome discarded. Each run is inside a `tracing`
+/// next await and its outcome discarded. The handler's own task checks,
+/// on every poll, that its lease is still surely held and that it has not
+/// run longer than `timeout`, so neither depends on the worker's own task
+/// being scheduled in time on a busy runtime; a handler that returns after
+/// its timeout, even without awaiting, has failed. Each run is inside a `tracing`
 /// span `punctual.job` (queue, id, attempt, schedule); failures and lost
 /// leases are events.
 ///
@@ -36,8 +40,8 @@ use super::job::Job;
 /// entry it could not start at once is left to another replica). On Redis
 /// it sends the outcomes of finished runs with its next claim, one round
 /// trip per batch when busy; on PostgreSQL it sends them in a request of
-/// their own beside the next claim, so that the claim need not wait for the
-/// disk.
+/// their own beside the next claim, so that the claim need not wait for
+/// their writes.
 ///
 /// Dropping the `Worker` detaches it: it keeps running on the runtime.
 /// [`shutdown`](Self::shutdown) stops it.

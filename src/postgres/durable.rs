@@ -33,16 +33,16 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue
         self.inner().lease
     }
 
-    /// Claims commit without waiting for the disk, finishes wait: a claim
-    /// carrying finishes would make the worker's next places wait for a
-    /// flush (drain 1.4x against 1.0x the bench's floor).
+    /// A claim and the finishes of the runs that ended meanwhile go as two
+    /// transactions side by side: a claim carrying them would make the
+    /// places it fills wait for their writes too.
     fn finishes_apart(&self) -> bool {
         true
     }
 
-    /// A lease, at least a second: a connection gone silent would
-    /// otherwise hold the claim for good (no response timeout here), and
-    /// what the claim leased runs out by then anyway.
+    /// A lease, at least a second: a worker with a short lease stops
+    /// waiting before the response timeout (what the claim leased runs out
+    /// by then anyway).
     fn give_up_claim_after(&self) -> Option<Duration> {
         Some(self.inner().lease.max(Duration::from_secs(1)))
     }

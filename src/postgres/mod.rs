@@ -48,9 +48,11 @@
 //! other, and leases them in the same statement: a leased row's `run_at` is
 //! the end of its lease, so a lease that runs out makes the row due again
 //! with nothing to move. A worker keeps one claim and one request of
-//! finishes (acks, retries, dead letters) in flight side by side: a claim
-//! that carries no finishes commits without waiting for the disk (below),
-//! so the places it fills never wait for a flush, while finishes do.
+//! finishes (acks, retries, dead letters) in flight side by side, each its
+//! own transaction, so the places a claim fills never wait behind the
+//! finishes of the runs that ended meanwhile. A claim returns at most
+//! 16 MiB of values (at least one entry); more due entries come with the
+//! next claim.
 //!
 //! Waiting consumers of one built handle (and its clones) share one waiter:
 //! the leader sleeps until the head's deadline as the database reported it,
@@ -95,12 +97,19 @@
 //! claim itself lands: it waits for the claim if the claim is running, and
 //! it records the claim's token in `given_up`, so a claim that lands later
 //! leases nothing. A claim sent again does the same: it waits for its first
-//! sending if that still runs, and marks the token. A worker gives up a
-//! claim, an extension or a request of finishes that gets no reply within a
-//! lease (at least a second), since PostgreSQL requests have no response
-//! timeout: a connection gone silent cannot stop it.
-//! `take*` and the worker ride through a restart of the server (with
-//! capped back-off, reported through `tracing`).
+//! sending if that still runs, and marks the token.
+//!
+//! Every call is bounded: it waits at most
+//! [`response_timeout`](PgQueueBuilder::response_timeout) (default 10 s)
+//! for a connection of the pool, then as long for the statement's answer.
+//! A statement with no answer in time fails (in doubt: it may have run) and
+//! its connection is closed, never pooled again, so a link gone silent
+//! (a NAT that dropped its state, a black-holed route) costs one timeout,
+//! not a hung consumer. A worker also gives up a claim, an extension or a
+//! request of finishes that gets no reply within a lease (at least a
+//! second), if that comes first. `take*` and the worker ride through a
+//! restart of the server and through silent connections (with capped
+//! back-off, reported through `tracing`).
 //!
 //! # Table bloat
 //!
@@ -120,20 +129,11 @@
 //! sends, removals, schedules and every other call that changes what the
 //! queue holds.
 //!
-//! A claim that carries no finishes (every `take*` and a worker's claims,
-//! unless they give back a claim given up on) commits with
-//! `synchronous_commit = off` for its own transaction: its reply does not
-//! wait for the WAL to reach the disk. A crash of the server can then
-//! forget a claim made in the last moments before it (at most three times
-//! `wal_writer_delay`, 600 ms by default; any later synchronous commit on
-//! the server, such as the delivery's own ack, makes it durable first). A
-//! forgotten claim is what an expired lease is: its entries are due again
-//! (the attempt not counted), the delivery's ack reports the lease lost,
-//! and the entry is delivered again. What such a claim did besides leasing
-//! (an entry past its deliveries sent to the dead letters, with a tick's
-//! successor) is forgotten with it and done again by the next claim.
-//! Nothing acked is ever lost or acked twice; the claim costs one flush
-//! less per batch (drain 1.46x against 1.0x the bench's floor).
+//! So does every claim: a handler starts only after the claim that leased
+//! its entry is on disk. (Claims once committed without waiting for the
+//! disk; a crash of the server could then forget a lease whose handler was
+//! already running, and the entry was due again at once: two consumers ran
+//! it side by side.)
 
 mod builder;
 mod delivery;
