@@ -101,8 +101,18 @@
 //! For a managed server (RDS, Cloud SQL, Azure, Neon), give the provider's
 //! CA bundle and check the name:
 //!
-//! ```text
-//! postgres://app:secret@db.example.com:5432/shop?sslmode=verify-full&sslrootcert=/etc/ssl/provider-ca.pem
+//! ```no_run
+//! use punctual::postgres::PgQueue;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), punctual::postgres::Error> {
+//! let orders: PgQueue<u64> = PgQueue::connect(
+//!     "postgres://app:secret@db.example.com:5432/shop\
+//!      ?sslmode=verify-full&sslrootcert=/etc/ssl/provider-ca.pem",
+//!     "orders",
+//! )
+//! .await?;
+//! # Ok(()) }
 //! ```
 //!
 //! `build()` then fails at once, saying what to change, when the server's
