@@ -13,6 +13,7 @@ use super::error::{Error, check_name, check_schema};
 use super::inner::{Inner, timed_out};
 use super::queue::PgQueue;
 use super::sql::{self, Statements};
+use super::tls;
 
 /// Builds a [`PgQueue`]: `PgQueue::builder(name)`, then the settings, then
 /// [`build`](Self::build).
@@ -58,7 +59,9 @@ impl<T> PgQueueBuilder<T> {
     }
 
     /// The database to connect to; default `postgres://localhost/postgres`.
-    /// Ignored when a [`pool`](Self::pool) is given.
+    /// Ignored when a [`pool`](Self::pool) is given. Its `sslmode` and
+    /// `sslrootcert` choose TLS (cargo feature `postgres-tls`; see
+    /// [TLS](super#tls)).
     pub fn url(mut self, url: &str) -> Self {
         url.clone_into(&mut self.url);
         self
@@ -160,7 +163,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueueBuilder<T> 
     ///
     /// [`Error::InvalidName`] for a bad queue or schema name;
     /// [`Error::Database`] if the database cannot be reached or refuses
-    /// (the user may not create the schema, say);
+    /// (the user may not create the schema, say), or if TLS fails or is
+    /// missing (the message says what to change: see [TLS](super#tls));
     /// [`Error::Unsupported`] for a server older than PostgreSQL 12.
     pub async fn build(self) -> Result<PgQueue<T>, Error> {
         check_name(&self.name)?;
@@ -175,7 +179,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueueBuilder<T> 
                     // a broken connection fails the query, which is retried.
                     .test_before_acquire(false)
                     .connect(&self.url)
-                    .await?
+                    .await
+                    .map_err(|e| tls::explain(e, &self.url))?
             }
         };
         let limit = self.response_timeout;

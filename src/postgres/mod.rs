@@ -81,6 +81,54 @@
 //! the MD5 of `<schema>.<name>` in hex; its payload is the new head's due
 //! time.
 //!
+//! # TLS
+//!
+//! With the cargo feature `postgres-tls` (it implies `postgres`) the
+//! queue connects over TLS as the URL's `sslmode` says (libpq's names;
+//! `PGSSLMODE` when the URL has none), by sqlx's rustls backend with the
+//! ring provider (no OpenSSL):
+//!
+//! | `sslmode` | encrypted | certificate checked | host name checked |
+//! |---|---|---|---|
+//! | `disable` | no | | |
+//! | `prefer` (the default) | when the server offers it | no | no |
+//! | `require` | yes | no | no |
+//! | `verify-ca` | yes | yes | yes, for now (below) |
+//! | `verify-full` | yes | yes | yes |
+//!
+//! A certificate is trusted when it chains to one of the platform's root
+//! certificates or to one in the file the URL's `sslrootcert` names (or
+//! `PGSSLROOTCERT`). When `SSL_CERT_FILE` (a PEM bundle) or `SSL_CERT_DIR`
+//! is set, its certificates stand in for the platform's, as with OpenSSL.
+//! For a managed server (RDS, Cloud SQL, Azure, Neon), give the provider's
+//! CA bundle and check the name:
+//!
+//! ```no_run
+//! use punctual::postgres::PgQueue;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), punctual::postgres::Error> {
+//! let orders: PgQueue<u64> = PgQueue::connect(
+//!     "postgres://app:secret@db.example.com:5432/shop\
+//!      ?sslmode=verify-full&sslrootcert=/etc/ssl/provider-ca.pem",
+//!     "orders",
+//! )
+//! .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! `build()` then fails at once, saying what to change, when the server's
+//! certificate is not trusted or names another host, when the server
+//! refuses an unencrypted connection (`pg_hba.conf` with `hostssl` lines
+//! only: the message names the cargo feature or the `sslmode` missing),
+//! and when the URL asks for TLS in a build without `postgres-tls`. sqlx
+//! 0.8, with rustls 0.23.24 or later, checks the host name under
+//! `verify-ca` as well (launchbadge/sqlx#3793): connect by a name the
+//! certificate lists. A client certificate goes in `sslcert` and
+//! `sslkey`. A pool given to [`PgQueueBuilder::pool`] keeps its own
+//! settings (`PgConnectOptions::ssl_mode`, `ssl_root_cert`), and with this
+//! feature its TLS connections work the same way.
+//!
 //! # Failures
 //!
 //! Producer and inspection calls return `Err` when the database cannot be
@@ -143,6 +191,7 @@ mod inner;
 mod queue;
 mod schedules;
 mod sql;
+mod tls;
 mod wait;
 
 pub use crate::durable::ScheduleInfo;

@@ -63,6 +63,15 @@ impl PgServer {
     /// Panics, saying why, if the binaries are missing or the server does
     /// not come up.
     pub fn start() -> PgServer {
+        PgServer::start_with(|_| {})
+    }
+
+    /// As [`start`](Self::start), with `configure` run on the data
+    /// directory between `initdb` and the first start (to append to
+    /// `postgresql.conf`, replace `pg_hba.conf`, add certificates). The
+    /// files it leaves directly in the data directory are handed to the
+    /// server's OS user (a server key must belong to it).
+    pub fn start_with(configure: impl FnOnce(&Path)) -> PgServer {
         let bin = bin_dir();
         let user = server_user();
         let dir = fresh_dir();
@@ -82,6 +91,22 @@ impl PgServer {
             });
         }
         server.initdb();
+        let data = server.dir.join("data");
+        configure(&data);
+        if let Some((uid, gid)) = user {
+            for entry in fs::read_dir(&data).expect("the data directory").flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_file()) {
+                    std::os::unix::fs::chown(entry.path(), Some(uid), Some(gid)).unwrap_or_else(
+                        |e| {
+                            panic!(
+                                "cannot hand {} to the postgres user: {e}",
+                                entry.path().display()
+                            )
+                        },
+                    );
+                }
+            }
+        }
         let mut last_failure = String::new();
         for _ in 0..SPAWN_ATTEMPTS {
             server.port = free_port();
