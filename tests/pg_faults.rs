@@ -620,7 +620,10 @@ async fn a_claim_survives_a_kill_9_of_the_server_and_no_entry_is_handed_out_twic
              FROM punctual.entries WHERE queue = 'forgotten'",
         )
     });
-    assert_eq!(rows, "20|0", "after the restart (leased|pending): the claim was forgotten");
+    assert_eq!(
+        rows, "20|0",
+        "after the restart (leased|pending): the claim was forgotten"
+    );
 
     // The pool's connections died with the server: spend them first.
     let mut good = 0;
@@ -631,7 +634,10 @@ async fn a_claim_survives_a_kill_9_of_the_server_and_no_entry_is_handed_out_twic
     }
     // Nothing is due: another consumer gets nothing while the leases last.
     let other = queue(&server.url(), "forgotten", HOUR).await;
-    assert!(other.try_take().await.unwrap().is_none(), "an entry was handed out twice");
+    assert!(
+        other.try_take().await.unwrap().is_none(),
+        "an entry was handed out twice"
+    );
     let mut acked: BTreeMap<String, usize> = BTreeMap::new();
     for d in taken {
         let id = d.id().to_owned();

@@ -180,11 +180,7 @@ async fn after_a_recovered_claim_the_next_take_does_not_nap_over_due_entries() {
     let direct = open(&db, &schema, "recovered-head").await;
     let proxy = Proxy::start(common::pg::admin_port());
     let via: PgQueue<u64> = PgQueue::builder("recovered-head")
-        .url(&format!(
-            "postgres://postgres@127.0.0.1:{}/{}",
-            proxy.port(),
-            db.name()
-        ))
+        .url(&common::pg::proxied_url(proxy.port(), db.name()))
         .schema(&schema)
         .lease(Duration::from_secs(30))
         .poll_interval(Duration::from_secs(20))
@@ -237,11 +233,7 @@ async fn a_given_up_claim_that_lands_after_its_give_back_leases_nothing() {
         .max_connections(3)
         .min_connections(3)
         .test_before_acquire(false)
-        .connect(&format!(
-            "postgres://postgres@127.0.0.1:{}/{}",
-            proxy.port(),
-            db.name()
-        ))
+        .connect(&common::pg::proxied_url(proxy.port(), db.name()))
         .await
         .unwrap();
     let via: PgQueue<u64> = PgQueue::builder("late-claim")

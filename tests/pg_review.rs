@@ -417,11 +417,7 @@ async fn concurrent_consumers_of_several_handles_take_each_entry_once() {
 /// `proxy`.
 async fn through(proxy: &Proxy, db: &PgDb, schema: &str, name: &str) -> PgQueue<u64> {
     PgQueue::builder(name)
-        .url(&format!(
-            "postgres://postgres@127.0.0.1:{}/{}",
-            proxy.port(),
-            db.name()
-        ))
+        .url(&common::pg::proxied_url(proxy.port(), db.name()))
         .schema(schema)
         .lease(Duration::from_secs(30))
         .poll_interval(Duration::from_millis(100))

@@ -169,6 +169,8 @@ pub(super) struct Engine<Q: Durable, H, Fut, E> {
     /// drains faster (0.43x against 0.38x the bench's poller).
     requests: FuturesUnordered<Request<Q>>,
     claim_out: bool,
+    /// The claim in flight carries finishes (where they ride with claims).
+    claim_carries: bool,
     finish_out: bool,
     /// Whether claims carry no finishes (see `Sealed::finishes_apart`).
     apart: bool,
@@ -236,6 +238,7 @@ where
             finished: Vec::new(),
             requests: FuturesUnordered::new(),
             claim_out: false,
+            claim_carries: false,
             finish_out: false,
             apart,
             gave_up: false,
@@ -275,8 +278,16 @@ where
                     self.answer.send_replace(true);
                 }
                 let give_up = deadline_after(grace_over.max(self.last_end), STOP_WAIT);
-                if settled || (self.runs.is_empty() && now >= give_up) {
-                    if !settled {
+                // Once answered, a claim alone in flight is not waited for:
+                // dropped here, it is given up, and the exit gives back what
+                // it leased at once rather than when its reply comes.
+                let claim_alone = *self.answer.borrow()
+                    && self.runs.is_empty()
+                    && self.finished.is_empty()
+                    && !self.finish_out
+                    && !self.claim_carries;
+                if settled || claim_alone || (self.runs.is_empty() && now >= give_up) {
+                    if !settled && !claim_alone {
                         tracing::warn!(
                             queue = self.name,
                             unsent = self.finished.len(),
@@ -464,6 +475,7 @@ where
                 std::mem::take(&mut self.finished)
             };
             self.claim_out = true;
+            self.claim_carries = !sent.is_empty();
             let queue = self.queue.clone();
             let bound = self.queue.give_up_claim_after();
             self.requests.push(Box::pin(async move {
@@ -514,6 +526,7 @@ where
                 sent_at,
             } => {
                 self.claim_out = false;
+                self.claim_carries = false;
                 match result {
                     Ok(batch) => {
                         // (Every claim has its own token: a delivery can only
@@ -564,6 +577,7 @@ where
             }
             Reply::GaveUp { mut sent } => {
                 self.claim_out = false;
+                self.claim_carries = false;
                 self.gave_up = true;
                 tracing::warn!(
                     queue = self.name,

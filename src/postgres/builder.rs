@@ -185,20 +185,21 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueueBuilder<T> 
         };
         let limit = self.response_timeout;
         // The install may wait for another process's, under its lock.
-        bounded(limit, "installing the schema", sql::install(&pool, &self.schema)).await?;
-        let statements = Statements::new(&self.schema);
-        let channel: String = bounded(
+        bounded(
             limit,
-            "naming the channel",
-            async {
-                sqlx::query_scalar(&statements.channel)
-                    .bind(&self.schema)
-                    .bind(&self.name)
-                    .fetch_one(&pool)
-                    .await
-                    .map_err(Error::Database)
-            },
+            "installing the schema",
+            sql::install(&pool, &self.schema),
         )
+        .await?;
+        let statements = Statements::new(&self.schema);
+        let channel: String = bounded(limit, "naming the channel", async {
+            sqlx::query_scalar(&statements.channel)
+                .bind(&self.schema)
+                .bind(&self.name)
+                .fetch_one(&pool)
+                .await
+                .map_err(Error::Database)
+        })
         .await?;
         Ok(PgQueue::from_inner(Inner::new(
             self.name,

@@ -107,7 +107,6 @@ impl Error {
     }
 }
 
-
 /// Checks an id against the rules every store keeps.
 pub(crate) fn check_id(id: &str) -> Result<(), Error> {
     crate::durable::rules::id_problem(id).map_or(Ok(()), |why| Err(Error::InvalidId(why)))

@@ -119,4 +119,3 @@ pub(crate) fn check_id(id: &str) -> Result<(), Error> {
 pub(crate) fn check_name(name: &str) -> Result<(), Error> {
     crate::durable::rules::name_problem(name).map_or(Ok(()), |why| Err(Error::InvalidName(why)))
 }
-

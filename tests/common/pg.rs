@@ -17,6 +17,14 @@ pub fn admin_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
 }
 
+/// The URL of database `db` through a fault proxy listening on `port`, in
+/// plain text (`sslmode=disable`): the proxy's faults look for a request's
+/// bytes, which TLS would hide (with the feature `postgres-tls`, sqlx asks
+/// for TLS by default, and the test server may offer it).
+pub fn proxied_url(port: u16, db: &str) -> String {
+    format!("postgres://postgres@127.0.0.1:{port}/{db}?sslmode=disable")
+}
+
 /// Runs `sql` on the database at `url` with `psql`; its output, trimmed.
 pub fn psql(url: &str, sql: &str) -> String {
     let out = Command::new("psql")

@@ -40,12 +40,7 @@ impl Proxied for super::stores::pg::Store {
 
     fn via(&self, proxy: &Proxy, name: &str) -> Self::Builder {
         self.builder(name)
-            .url(&format!(
-                "postgres://postgres@127.0.0.1:{}/{}",
-                proxy.port(),
-                self.db.name()
-            ))
+            .url(&super::pg::proxied_url(proxy.port(), self.db.name()))
             .response_timeout(ms(3000))
     }
 }
-
