@@ -86,20 +86,33 @@ impl Backoff {
     /// `delay(1)`.
     pub fn delay(&self, attempt: u32) -> Duration {
         let delay = if self.exponential {
-            let doublings = attempt.max(1) - 1;
-            2u32.checked_pow(doublings)
-                .and_then(|factor| self.base.checked_mul(factor))
-                .unwrap_or(if self.base.is_zero() {
-                    Duration::ZERO
-                } else {
-                    Duration::MAX
-                })
+            doubled(self.base, attempt.max(1) - 1)
         } else {
             self.base
         };
         let delay = self.cap.map_or(delay, |cap| delay.min(cap));
         if self.jitter { uniform(delay) } else { delay }
     }
+}
+
+/// `base * 2^doublings`, exactly, or `Duration::MAX` where that passes it
+/// (in nanoseconds a `u128` holds every `Duration` with room for the
+/// product up to 2^127; the factor itself is checked first).
+fn doubled(base: Duration, doublings: u32) -> Duration {
+    if base.is_zero() {
+        return Duration::ZERO;
+    }
+    let nanos = 1u128
+        .checked_shl(doublings)
+        .filter(|factor| factor.leading_zeros() > 0)
+        .and_then(|factor| base.as_nanos().checked_mul(factor));
+    nanos
+        .and_then(|nanos| {
+            let secs = u64::try_from(nanos / 1_000_000_000).ok()?;
+            let sub = (nanos % 1_000_000_000) as u32;
+            Some(Duration::new(secs, sub))
+        })
+        .unwrap_or(Duration::MAX)
 }
 
 /// A duration drawn uniformly in `[0, max]`.
@@ -154,7 +167,18 @@ mod tests {
         assert_eq!(b.delay(1), S);
         assert_eq!(b.delay(2), 2 * S);
         assert_eq!(b.delay(11), 1024 * S);
-        assert_eq!(b.delay(40), Duration::MAX);
+        // Exact up to where the product passes `Duration::MAX`.
+        assert_eq!(b.delay(40), Duration::from_secs(1 << 39));
+        assert_eq!(b.delay(64), Duration::from_secs(1 << 63));
+        assert_eq!(b.delay(65), Duration::MAX);
+        let tenth = Backoff::exponential(Duration::from_millis(100));
+        assert_eq!(tenth.delay(40), Duration::from_millis(100 << 39));
+        assert_eq!(tenth.delay(40).as_secs(), 54_975_581_388);
+        let ms: u128 = 100 << 67; // past u64 milliseconds, within Duration
+        let want = Duration::new((ms / 1000) as u64, (ms % 1000 * 1_000_000) as u32);
+        assert_eq!(tenth.delay(68), want);
+        assert_eq!(tenth.delay(69), Duration::MAX);
+        assert_eq!(tenth.max(S).delay(69), S);
         assert_eq!(b.delay(u32::MAX), Duration::MAX);
         assert_eq!(b.max(10 * S).delay(u32::MAX), 10 * S);
         assert_eq!(
