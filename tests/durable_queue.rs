@@ -1050,13 +1050,22 @@ common::stores::on_every_store! {
         assert!(q.dead_letters(10).await.unwrap().is_empty());
     }
 
+    /// Rolling deploys: an entry whose value does not decode (a replica
+    /// running older code met a newer variant) is a failed attempt, due
+    /// again after `min(2^(attempt-1) s, 1 h)`, and goes to the dead letters
+    /// only once its attempts reach `max_attempts`; it never reaches a
+    /// consumer and never stops one.
     #[tokio::test]
-    async fn an_undecodable_entry_goes_to_the_dead_letters_and_never_stops_a_consumer() {
+    async fn an_undecodable_entry_is_retried_with_backoff_and_never_stops_a_consumer() {
         let store = Store::start();
         let strings: Q<String> = store.open("mixed").await;
-        // With a long lease, only burying at once gets it to the dead
-        // letters.
-        let numbers: Q<u64> = store.builder("mixed").lease(HOUR).build().await.unwrap();
+        let numbers: Q<u64> = store
+            .builder("mixed")
+            .lease(HOUR)
+            .max_attempts(2)
+            .build()
+            .await
+            .unwrap();
 
         // A consumer waits; the first entry does not decode as u64.
         let consumer = numbers.clone();
@@ -1066,24 +1075,44 @@ common::stores::on_every_store! {
             .await
             .unwrap();
         let numbers_ref = &numbers;
-        eventually("the bad entry goes to the dead letters", || async move {
-            numbers_ref.stats().await.unwrap().dead == 1
+        let bad_ref = &bad;
+        eventually("the bad entry's first attempt fails", || async move {
+            let due = numbers_ref.deadline(bad_ref).await.unwrap();
+            due.is_some_and(|at| at > wall() + ms(500))
         })
         .await;
+        let first_failed = wall();
         let good = numbers.insert(&7, ms(0)).await.unwrap();
         let d = waiting.await.unwrap().unwrap().expect("the good entry");
         assert_eq!((d.id(), *d.value(), d.attempt()), (good.as_str(), 7, 1));
         assert!(d.ack().await.unwrap());
-
+        // Not dead yet: pending, due about a second after its first attempt.
+        assert_eq!(
+            numbers.stats().await.unwrap(),
+            Stats {
+                pending: 1,
+                ..Stats::default()
+            }
+        );
+        let due = numbers.deadline(&bad).await.unwrap().expect("pending");
+        assert_between(due, first_failed, first_failed + ms(1000) + SLACK, "the retry");
+        // Its second attempt (the limit) sends it to the dead letters.
+        assert!(numbers.take_timeout(ms(1500)).await.unwrap().is_none());
+        eventually("the bad entry goes to the dead letters", || async move {
+            numbers_ref.stats().await.unwrap().dead == 1
+        })
+        .await;
         let dead = numbers.dead_letters(10).await.unwrap();
         assert_eq!(dead.len(), 1);
         assert_eq!(dead[0].id, bad);
         assert_eq!(dead[0].value, None);
-        assert_eq!(
-            dead[0].attempts, 0,
-            "a delivery that never reached a consumer does not count"
+        assert_eq!(dead[0].attempts, 2);
+        assert!(
+            dead[0].reason.starts_with("value does not decode"),
+            "{}",
+            dead[0].reason
         );
-        assert!(!dead[0].reason.is_empty());
+        // A handle that can decode it reads it.
         let dead = strings.dead_letters(10).await.unwrap();
         assert_eq!(dead[0].value.as_deref(), Some("not a number"));
         assert_eq!(
@@ -1098,7 +1127,15 @@ common::stores::on_every_store! {
     #[tokio::test]
     async fn a_stored_value_that_is_not_json_goes_to_the_dead_letters() {
         let store = Store::start();
-        let q: Q<u64> = store.builder("garbage").lease(HOUR).build().await.unwrap();
+        // One attempt allowed: its first failed one sends it to the dead
+        // letters.
+        let q: Q<u64> = store
+            .builder("garbage")
+            .lease(HOUR)
+            .max_attempts(1)
+            .build()
+            .await
+            .unwrap();
         q.insert_with_id("bad", &1, ms(0)).await.unwrap();
         q.insert_with_id("good", &2, ms(0)).await.unwrap();
         // What another service (or a bad migration) could leave behind.
@@ -1118,14 +1155,14 @@ common::stores::on_every_store! {
         let dead = q.dead_letters(10).await.unwrap();
         assert_eq!(dead.len(), 1);
         assert_eq!((dead[0].id.as_str(), dead[0].value), ("bad", None));
-        assert_eq!(dead[0].attempts, 0);
-        assert!(!dead[0].reason.is_empty());
+        assert_eq!(dead[0].attempts, 1);
+        assert!(dead[0].reason.starts_with("value does not decode"));
         // A handle of any type lists it without a value: the bytes do not
         // decode as anything.
         let strings: Q<String> = store.open("garbage").await;
         let dead = strings.dead_letters(10).await.unwrap();
         assert_eq!((dead.len(), dead[0].value.as_deref()), (1, None));
-        // Requeued, it is buried again at the next claim, never handed out.
+        // Requeued, its next attempt fails again, never handed out.
         assert!(q.requeue_dead("bad", ms(0)).await.unwrap());
         assert!(q.try_take().await.unwrap().is_none());
         assert_eq!(q.stats().await.unwrap().dead, 1);
@@ -1135,7 +1172,7 @@ common::stores::on_every_store! {
     async fn undecodable_entries_among_good_ones_are_skipped_in_order() {
         let store = Store::start();
         let strings: Q<String> = store.open("mixed-batch").await;
-        let numbers: Q<u64> = store.open("mixed-batch").await;
+        let numbers: Q<u64> = store.builder("mixed-batch").max_attempts(1).build().await.unwrap();
         let base = wall() - Duration::from_secs(1);
         strings.insert_at(&"bad-1".to_owned(), base).await.unwrap();
         numbers.insert_at(&1, base + ms(1)).await.unwrap();
@@ -1165,7 +1202,7 @@ common::stores::on_every_store! {
     async fn dead_letters_are_listed_oldest_first() {
         let store = Store::start();
         let strings: Q<String> = store.open("dead-order").await;
-        let numbers: Q<u64> = store.open("dead-order").await;
+        let numbers: Q<u64> = store.builder("dead-order").max_attempts(1).build().await.unwrap();
         // Ids that sort the other way round from their deaths.
         for id in ["zzz", "mmm", "aaa"] {
             strings
@@ -1611,7 +1648,7 @@ common::stores::on_every_store! {
         for id in &ids {
             assert!(q.reset(id, ms(0)).await.unwrap());
         }
-        let numbers: Q<u64> = store.open("odd-values").await;
+        let numbers: Q<u64> = store.builder("odd-values").max_attempts(1).build().await.unwrap();
         assert!(numbers.try_take().await.unwrap().is_none());
         let dead: Vec<_> = q
             .dead_letters(10)

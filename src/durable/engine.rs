@@ -25,7 +25,6 @@
 //! `concurrency` is never exceeded.
 
 use std::collections::{HashMap, VecDeque};
-use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
@@ -42,12 +41,12 @@ use tokio::task::{AbortHandle, Id, JoinError, JoinSet};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::Durable;
 use super::backoff::Backoff;
 use super::job::Job;
-use super::store::{Applied, Batch, Finish, MAX_CLAIM, Outcome, Sealed, Taken};
+use super::store::{Applied, Batch, Ending, Finish, MAX_CLAIM, Sealed, Taken};
 use super::take::Abandon;
 use super::worker::Counters;
+use super::{Durable, Outcome};
 use crate::queue::deadline_after;
 
 mod heartbeat;
@@ -79,8 +78,8 @@ type StoreError<Q> = <Q as Sealed>::Error;
 
 /// How a handler's task ended.
 enum Ended {
-    Ok,
-    Failed(String),
+    /// What the handler said (a panic: a retry).
+    Said(Outcome),
     /// Aborted by the engine (see the run's state).
     Aborted,
     /// Stopped by its own fence: its lease may have run out.
@@ -141,7 +140,7 @@ enum Reply<Q: Sealed> {
     FinishGaveUp { sent: Vec<Finish<Lease<Q>>> },
 }
 
-pub(super) struct Engine<Q: Durable, H, Fut, E> {
+pub(super) struct Engine<Q: Durable, H, Fut> {
     queue: Q,
     name: String,
     handler: Arc<H>,
@@ -198,15 +197,15 @@ pub(super) struct Engine<Q: Durable, H, Fut, E> {
     answer: watch::Sender<bool>,
     /// Every `Worker` handle is gone without a shutdown: the engine runs on.
     detached: bool,
-    _outputs: PhantomData<fn() -> (Fut, E)>,
+    _outputs: PhantomData<fn() -> Fut>,
 }
 
-impl<Q, H, Fut, E> Engine<Q, H, Fut, E>
+impl<Q, H, Fut> Engine<Q, H, Fut>
 where
     Q: Durable,
     H: Fn(Job<Q::Item>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), E>> + Send + 'static,
-    E: fmt::Display + Send + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: Into<Outcome>,
 {
     pub(super) fn new(
         queue: Q,
@@ -652,14 +651,14 @@ where
         let fence = Fence::new(valid_until);
         let outcome = AssertUnwindSafe(async move {
             let fut = handler(job);
-            fut.await.map_err(|e| e.to_string())
+            fut.await.into()
         })
         .catch_unwind()
         .map(|outcome| {
             outcome.unwrap_or_else(|panic| {
                 let reason = panic_message(&*panic);
                 drop_payload(panic);
-                Err(reason)
+                Outcome::retry(reason)
             })
         });
         let run = Guarded::new(outcome, Arc::clone(&fence), self.timeout);
@@ -682,8 +681,7 @@ where
     /// A handler's task ended: its outcome becomes a finish to send.
     fn joined(&mut self, joined: Result<(Id, Ran), JoinError>) {
         let (task, ended) = match joined {
-            Ok((task, Ran::Ok)) => (task, Ended::Ok),
-            Ok((task, Ran::Failed(reason))) => (task, Ended::Failed(reason)),
+            Ok((task, Ran::Said(outcome))) => (task, Ended::Said(outcome)),
             Ok((task, Ran::Fenced)) => (task, Ended::Fenced),
             Err(error) => {
                 let task = error.id();
@@ -703,7 +701,7 @@ where
                             if aborted {
                                 Ended::Aborted
                             } else {
-                                Ended::Failed(reason)
+                                Ended::Said(Outcome::retry(reason))
                             },
                         )
                     }
@@ -727,29 +725,41 @@ where
                 );
                 return;
             }
+            (_, Ended::Aborted) => Ending::GiveBack { counted: true },
             // It ended before the abort took: its outcome stands.
-            (_, Ended::Ok) => Outcome::Ack,
-            (_, Ended::Aborted) => Outcome::GiveBack { counted: true },
-            (_, Ended::Failed(reason)) => {
-                Counters::bump(&self.counters.failed);
-                tracing::warn!(
-                    queue = self.name,
-                    id = run.id,
-                    attempt = run.attempt,
-                    reason,
-                    "a job failed"
-                );
-                Outcome::Fail {
-                    delay: self.backoff.delay(run.attempt),
-                    reason,
-                }
-            }
+            (_, Ended::Said(outcome)) => self.ending(&run, outcome),
         };
         self.finished.push(Finish {
             lease: run.lease,
-            outcome,
+            ending: outcome,
             resent: false,
         });
+    }
+
+    /// How `run` ends by what its handler said; counts its failures.
+    fn ending(&self, run: &Run<Lease<Q>>, outcome: Outcome) -> Ending {
+        let (reason, ending) = match outcome {
+            Outcome::Done => return Ending::Ack,
+            Outcome::Snooze(delay) => return Ending::Snooze { delay },
+            Outcome::Retry { reason, after } => (
+                reason.clone(),
+                Ending::Fail {
+                    delay: after.unwrap_or_else(|| self.backoff.delay(run.attempt)),
+                    reason,
+                },
+            ),
+            Outcome::Discard { reason } => (reason.clone(), Ending::Discard { reason }),
+        };
+        Counters::bump(&self.counters.failed);
+        tracing::warn!(
+            queue = self.name,
+            id = run.id,
+            attempt = run.attempt,
+            reason,
+            discarded = matches!(ending, Ending::Discard { .. }),
+            "a job failed"
+        );
+        ending
     }
 
     /// Takes run `task` out of the books.
@@ -802,7 +812,7 @@ where
             }
             self.finished.push(Finish {
                 lease: entry.taken.lease,
-                outcome: Outcome::GiveBack { counted: false },
+                ending: Ending::GiveBack { counted: false },
                 resent: false,
             });
         }
@@ -813,26 +823,37 @@ where
     fn settled(&mut self, sent: &[Finish<Lease<Q>>], done: &[Applied]) {
         let mut pending = false;
         for (finish, applied) in sent.iter().zip(done) {
-            match (&finish.outcome, applied) {
+            match (&finish.ending, applied) {
                 (_, Applied::Pending) => {
                     pending = true;
                     self.finished.push(finish.clone());
                 }
-                (Outcome::Ack, Applied::Done) => Counters::bump(&self.counters.completed),
+                (Ending::Ack, Applied::Done) => Counters::bump(&self.counters.completed),
                 // Sent before in a request whose reply was lost: it applied
                 // then (most likely), or its lease was lost; counted done.
-                (Outcome::Ack, Applied::Lost) if finish.resent => {
+                (Ending::Ack, Applied::Lost) if finish.resent => {
                     Counters::bump(&self.counters.completed);
                 }
-                // Likewise a failure: applied then (a retry or a dead
-                // letter), and counted failed already.
-                (Outcome::Fail { .. }, Applied::Lost) if finish.resent => {}
-                (Outcome::Ack | Outcome::Fail { .. }, Applied::Lost) => {
+                // Likewise a failure or a snooze: applied then, and
+                // counted already.
+                (
+                    Ending::Fail { .. } | Ending::Discard { .. } | Ending::Snooze { .. },
+                    Applied::Lost,
+                ) if finish.resent => {}
+                (
+                    Ending::Ack
+                    | Ending::Fail { .. }
+                    | Ending::Discard { .. }
+                    | Ending::Snooze { .. },
+                    Applied::Lost,
+                ) => {
                     // The run ended after its lease was lost: its outcome is
                     // discarded (another delivery has the entry).
                     Counters::bump(&self.counters.lost);
                 }
-                (Outcome::Fail { .. }, Applied::Dead) => Counters::bump(&self.counters.dead),
+                (Ending::Fail { .. } | Ending::Discard { .. }, Applied::Dead) => {
+                    Counters::bump(&self.counters.dead);
+                }
                 _ => {}
             }
         }

@@ -59,6 +59,7 @@ mod backoff;
 mod engine;
 mod job;
 pub(crate) mod ops;
+mod outcome;
 pub(crate) mod rules;
 mod schedule;
 pub(crate) mod store;
@@ -68,6 +69,7 @@ mod worker;
 
 pub use backoff::Backoff;
 pub use job::Job;
+pub use outcome::Outcome;
 pub use schedule::ScheduleInfo;
 #[cfg(feature = "cron")]
 pub(crate) use schedule::cron_instants;

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::store::{Applied, Finish, Outcome};
+use super::store::{Applied, Ending, Finish};
 use crate::lock::Lock;
 
 /// What a delivery needs to finish its lease.
@@ -29,8 +29,8 @@ pub(crate) struct Tick {
 /// `finish_one` in `sql/schema.sql`).
 #[derive(Debug, Clone)]
 pub(crate) struct Op {
-    /// 'a' ack, 'r' retry, 'f' fail, 'b' bury, 'g' give back, 'G' give back
-    /// everything a claim in doubt holds.
+    /// 'a' ack, 'r' retry, 'f' fail, 'b' bury, 's' snooze, 'x' discard, 'g'
+    /// give back, 'G' give back everything a claim in doubt holds.
     pub(crate) kind: &'static str,
     pub(crate) id: String,
     pub(crate) token: Arc<str>,
@@ -63,6 +63,17 @@ impl Op {
         Op::new("b", lease, 0, reason)
     }
 
+    /// Due again after `delay`; that delivery does not count (a tick keeps
+    /// its instant).
+    pub(crate) fn snooze(lease: &Held, delay: Duration) -> Op {
+        Op::new("s", lease, millis(delay), String::new())
+    }
+
+    /// To the dead letters now with `reason`; that delivery counts.
+    pub(crate) fn discard(lease: &Held, reason: String) -> Op {
+        Op::new("x", lease, 0, reason)
+    }
+
     /// Back in the queue, due at once in its old place; `counted`: whether
     /// this delivery counts as an attempt.
     pub(crate) fn give_back(lease: &Held, counted: bool) -> Op {
@@ -71,10 +82,12 @@ impl Op {
 
     /// The op of a worker's finish.
     pub(crate) fn of(finish: &Finish<Held>) -> Op {
-        match &finish.outcome {
-            Outcome::Ack => Op::ack(&finish.lease),
-            Outcome::Fail { delay, reason } => Op::fail(&finish.lease, *delay, reason.clone()),
-            Outcome::GiveBack { counted } => Op::give_back(&finish.lease, *counted),
+        match &finish.ending {
+            Ending::Ack => Op::ack(&finish.lease),
+            Ending::Fail { delay, reason } => Op::fail(&finish.lease, *delay, reason.clone()),
+            Ending::Snooze { delay } => Op::snooze(&finish.lease, *delay),
+            Ending::Discard { reason } => Op::discard(&finish.lease, reason.clone()),
+            Ending::GiveBack { counted } => Op::give_back(&finish.lease, *counted),
         }
     }
 
@@ -252,17 +265,51 @@ impl Drop for Releases<'_> {
     }
 }
 
-/// The value of a claimed entry, or why it goes to the dead letters instead:
-/// `bury` (set by the store), a value that is missing or does not decode.
+/// Why a claimed entry is not handed out.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// The store says it goes to the dead letters (a cron tick past its
+    /// deliveries, whose successor needs this process's cron instants).
+    Bury(String),
+    /// Its value does not decode (or is missing): a failed attempt, as a
+    /// rolling deploy needs (a replica running newer code may decode it).
+    Undecodable(String),
+}
+
+/// The value of a claimed entry, or why it is not handed out.
 pub(crate) fn decode<T: serde::de::DeserializeOwned>(
     bury: Option<String>,
     json: Option<&[u8]>,
-) -> Result<T, String> {
+) -> Result<T, Refused> {
     match (bury, json) {
-        (Some(why), _) => Err(why),
-        (None, Some(json)) => {
-            serde_json::from_slice(json).map_err(|e| format!("value does not decode: {e}"))
+        (Some(why), _) => Err(Refused::Bury(why)),
+        (None, Some(json)) => serde_json::from_slice(json)
+            .map_err(|e| Refused::Undecodable(format!("value does not decode: {e}"))),
+        (None, None) => Err(Refused::Undecodable(
+            "value does not decode: the value is missing".to_owned(),
+        )),
+    }
+}
+
+impl Refused {
+    /// How the store finishes the delivery of delivery `attempt`: buried,
+    /// or a failed attempt due again after `min(2^(attempt-1) s, 1 h)`
+    /// (to the dead letters once attempts reach the queue's limit).
+    pub(crate) fn op(self, lease: &Held, attempt: u32) -> Op {
+        match self {
+            Refused::Bury(why) => Op::bury(lease, why),
+            Refused::Undecodable(why) => {
+                let delay = super::Backoff::exponential(Duration::from_secs(1))
+                    .max(Duration::from_secs(3600))
+                    .delay(attempt);
+                Op::fail(lease, delay, why)
+            }
         }
-        (None, None) => Err("value does not decode: the value is missing".to_owned()),
+    }
+
+    pub(crate) fn reason(&self) -> &str {
+        match self {
+            Refused::Bury(why) | Refused::Undecodable(why) => why,
+        }
     }
 }

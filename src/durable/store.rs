@@ -19,12 +19,16 @@ use super::wait::Waiter;
 
 /// How the worker finishes one delivery.
 #[derive(Debug, Clone)]
-pub enum Outcome {
+pub enum Ending {
     /// Done: delete the entry (a tick: and insert its successor).
     Ack,
     /// A failed attempt: retried after `delay`, or to the dead letters with
     /// `reason` once the entry's attempts reached the queue's limit.
     Fail { delay: Duration, reason: String },
+    /// Due again after `delay`, this delivery not counted as an attempt.
+    Snooze { delay: Duration },
+    /// To the dead letters now with `reason` (this attempt counted).
+    Discard { reason: String },
     /// Back in the queue, due at once; `counted`: whether this delivery
     /// counts as an attempt.
     GiveBack { counted: bool },
@@ -34,7 +38,7 @@ pub enum Outcome {
 #[derive(Debug, Clone)]
 pub struct Finish<L> {
     pub lease: L,
-    pub outcome: Outcome,
+    pub ending: Ending,
     /// Sent before in a request whose reply was lost: it may have applied
     /// then, so `Applied::Lost` now says nothing (the worker's business; the
     /// stores ignore it).

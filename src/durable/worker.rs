@@ -14,6 +14,7 @@ use super::Durable;
 use super::backoff::Backoff;
 use super::engine::Engine;
 use super::job::Job;
+use super::outcome::Outcome;
 
 /// Runs a handler for each due entry of a durable queue, at most
 /// `concurrency` at once, keeping their leases alive and finishing each by
@@ -249,11 +250,11 @@ impl<Q: Durable> WorkerBuilder<Q> {
     ///
     /// Panics if called outside a Tokio runtime.
     #[track_caller]
-    pub fn spawn<H, Fut, E>(self, handler: H) -> Worker
+    pub fn spawn<H, Fut>(self, handler: H) -> Worker
     where
         H: Fn(Job<Q::Item>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), E>> + Send + 'static,
-        E: fmt::Display + Send + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: Into<Outcome>,
     {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             panic!("`WorkerBuilder::spawn` must be called inside a Tokio runtime");

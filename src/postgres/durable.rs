@@ -117,10 +117,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue
                     lease_until,
                     lease: held,
                 }),
-                Err(reason) => {
-                    tracing::warn!(queue = %self.inner().name, id = held.id, reason,
-                        "moved to the dead letters");
-                    buried.push(Op::bury(&held, reason));
+                Err(refused) => {
+                    tracing::warn!(queue = %self.inner().name, id = held.id, attempt,
+                        reason = refused.reason(), "not handed out");
+                    buried.push(refused.op(&held, attempt));
                 }
             }
         }

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::builder::RedisQueueBuilder;
 use super::delivery::Delivery;
 use super::error::{Error, check_id};
-use super::inner::{Attempt, Claim, Claimed, Held, Inner, MAX_BATCH, Op, millis, system_time};
+use super::inner::{Attempt, Claim, Claimed, Held, Inner, MAX_BATCH, millis, system_time};
 use super::scripts::SCRIPTS;
 use super::{DeadLetter, RedisStats};
 use crate::durable::wait::Backoff;
@@ -517,9 +517,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             .collect())
     }
 
-    /// Turns a claim into deliveries; values that do not decode go to the
-    /// dead letters, never to a consumer, and so do cron ticks the claim
-    /// marked.
+    /// Turns a claim into deliveries; values that do not decode are never
+    /// handed out (a failed attempt each: retried with backoff, to the dead
+    /// letters once attempts reach the limit), and cron ticks the claim
+    /// marked go to the dead letters.
     pub(crate) async fn deliveries(&self, claim: Claim) -> Vec<Delivery<T>> {
         self.decoded(claim, |held, attempt, value, deadline, lease_until| {
             Delivery::new(
@@ -535,8 +536,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     }
 
     /// The claimed entries whose values decode, each made into an `R` by
-    /// `make(lease, attempt, value, deadline, lease end)`; the others go to
-    /// the dead letters (and so do cron ticks the claim marked).
+    /// `make(lease, attempt, value, deadline, lease end)`; the others are
+    /// failed attempts (and cron ticks the claim marked are buried).
     pub(crate) async fn decoded<R>(
         &self,
         claim: Claim,
@@ -555,10 +556,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             } = claimed;
             match crate::durable::ops::decode::<T>(bury, json.as_deref()) {
                 Ok(value) => taken.push(make(held, attempt, value, deadline, lease_until)),
-                Err(reason) => {
-                    tracing::warn!(queue = %self.inner.name, id = held.id, reason,
-                        "moved to the dead letters");
-                    buried.push(Op::bury(&held, reason));
+                Err(refused) => {
+                    tracing::warn!(queue = %self.inner.name, id = held.id, attempt,
+                        reason = refused.reason(), "not handed out");
+                    buried.push(refused.op(&held, attempt));
                 }
             }
         }

@@ -3,7 +3,6 @@
 //! lease apart; a holder whose lease is found lost, or may have run out
 //! while the store could not be reached, is dropped.
 
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -11,8 +10,8 @@ use tokio::task::Id;
 use tokio::time::Instant;
 
 use super::{Engine, RunState, StoreError, within};
-use crate::durable::Durable;
 use crate::durable::job::Job;
+use crate::durable::{Durable, Outcome};
 use crate::queue::deadline_after;
 
 /// Who holds a lease the engine extends.
@@ -36,12 +35,12 @@ pub(super) type Extension<Q> = Pin<
     >,
 >;
 
-impl<Q, H, Fut, E> Engine<Q, H, Fut, E>
+impl<Q, H, Fut> Engine<Q, H, Fut>
 where
     Q: Durable,
     H: Fn(Job<Q::Item>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), E>> + Send + 'static,
-    E: fmt::Display + Send + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: Into<Outcome>,
 {
     /// Extends every held lease in one request; first drops the runs whose
     /// lease may have run out (the store could not be reached in time).

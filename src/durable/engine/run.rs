@@ -21,6 +21,8 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
+use crate::durable::Outcome;
+
 /// Until when a run's lease is surely held, shared by the engine (which
 /// moves it on after each extension) and the run's task (which reads it on
 /// every poll).
@@ -64,9 +66,8 @@ impl Fence {
 /// How a handler's task ended (an abort aside).
 #[derive(Debug)]
 pub(super) enum Ran {
-    Ok,
-    /// A failed attempt, and why.
-    Failed(String),
+    /// What the handler said (a panic: a retry with the panic's message).
+    Said(Outcome),
     /// Its lease may have run out: not polled again, its outcome discarded.
     Fenced,
 }
@@ -100,10 +101,10 @@ impl<F> Guarded<F> {
 }
 
 fn timed_out(limit: Duration) -> Ran {
-    Ran::Failed(format!("timed out after {limit:?}"))
+    Ran::Said(Outcome::retry(format_args!("timed out after {limit:?}")))
 }
 
-impl<F: Future<Output = Result<(), String>>> Future for Guarded<F> {
+impl<F: Future<Output = Outcome>> Future for Guarded<F> {
     type Output = Ran;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Ran> {
@@ -131,10 +132,7 @@ impl<F: Future<Output = Result<(), String>>> Future for Guarded<F> {
                         return Poll::Ready(timed_out(limit.1));
                     }
                 }
-                Poll::Ready(match result {
-                    Ok(()) => Ran::Ok,
-                    Err(reason) => Ran::Failed(reason),
-                })
+                Poll::Ready(Ran::Said(result))
             }
             Poll::Pending => {
                 if let Some(timer) = this.timer.as_mut().as_pin_mut() {

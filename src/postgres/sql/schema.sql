@@ -410,7 +410,9 @@ END $$;
 -- due `p_ms` from now, attempts kept; 'f' fail: a retry as 'r', or to the
 -- dead letters with `p_reason` once the attempt reached `p_limit` (0:
 -- never); 'b' bury: to the dead letters with `p_reason`, that delivery not
--- counted; 'g' give back, due at once in its old place (`p_ms` 1: the
+-- counted; 's' snooze: as 'r', that delivery not counted; 'x' discard: to
+-- the dead letters with `p_reason`, that delivery counted; 'g' give back,
+-- due at once in its old place (`p_ms` 1: the
 -- attempt counts, 0: it does not); 'G' gives back, uncounted, every
 -- delivery of the claim `p_token`, whose leases end at `p_ms` or later
 -- (and by `p_now` + `p_lease`, give or take a second of clock steps). A tick that leaves its schedule (ack,
@@ -461,13 +463,18 @@ BEGIN
     ELSIF v_kind = 'b' THEN
         e.attempt := greatest(e.attempt - 1, 0);
         v_kind := 'd';
+    ELSIF v_kind = 's' THEN
+        e.attempt := greatest(e.attempt - 1, 0);
+        v_kind := 'r';
+    ELSIF v_kind = 'x' THEN
+        v_kind := 'd'; result := 2;
     END IF;
     IF v_kind = 'r' OR v_kind = 'g' THEN
         v_old_head := __SCHEMA__.head(p_queue);
         IF v_kind = 'r' THEN
             v_next := p_now + p_ms;
             UPDATE __SCHEMA__.entries d SET run_at = v_next, seq = nextval('__SCHEMA__.seq'),
-                token = NULL, since = NULL
+                token = NULL, since = NULL, attempt = e.attempt
             WHERE d.queue = p_queue AND d.id = p_id;
         ELSE
             v_next := least(coalesce(e.deadline, p_now), p_now);

@@ -10,7 +10,9 @@ end
 -- Finishes the delivery (id, token). `kind`: 'a' ack; 'r' retry, due `ms`
 -- from now, attempts kept; 'f' fail: a retry as 'r', or to the dead letters
 -- with `reason` once the attempt reached `limit` (0: never); 'b' bury: to
--- the dead letters with `reason`, that delivery not counted; 'g' give back,
+-- the dead letters with `reason`, that delivery not counted; 's' snooze: as
+-- 'r', that delivery not counted; 'x' discard: to the dead letters with
+-- `reason`, that delivery counted; 'g' give back,
 -- due at once in its old place (`ms` 1: the attempt counts, 0: it does not);
 -- 'G' gives back every delivery of the claim `token` (see below).
 -- A tick that leaves the schedule (ack, dead) gets its successor; `cands`
@@ -37,6 +39,10 @@ local function finish(kind, id, token, ms, reason, cands, now, limit, channel)
     if limit > 0 and e.attempt >= limit then kind, applied = 'd', 2 else kind = 'r' end
   elseif kind == 'b' then
     e.attempt, kind = math.max(e.attempt - 1, 0), 'd'
+  elseif kind == 's' then
+    e.attempt, kind = math.max(e.attempt - 1, 0), 'r'
+  elseif kind == 'x' then
+    kind, applied = 'd', 2
   end
   if kind == 'r' then
     redis.call('ZREM', LEASES, id)
