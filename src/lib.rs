@@ -66,9 +66,9 @@
 
 #[cfg(feature = "cron")]
 mod cron;
-#[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod durable;
 mod lock;
+pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod queue;

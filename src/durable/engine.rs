@@ -74,7 +74,7 @@ const STOP_WAIT: Duration = Duration::from_secs(1);
 
 type Lease<Q> = <Q as Sealed>::Lease;
 type Value<Q> = <Q as Sealed>::Value;
-type StoreError<Q> = <Q as Sealed>::Error;
+type StoreError<Q> = <Q as Sealed>::Failure;
 
 /// How a handler's task ended.
 enum Ended {

@@ -55,6 +55,7 @@
 //! # Ok(()) }
 //! ```
 
+mod api;
 mod backoff;
 mod engine;
 mod job;
@@ -67,6 +68,8 @@ pub(crate) mod take;
 pub(crate) mod wait;
 mod worker;
 
+pub(crate) use api::durable_by_inherent_methods;
+pub use api::{DeadLetter, Durable, QueueStats};
 pub use backoff::Backoff;
 pub use job::Job;
 pub use outcome::Outcome;
@@ -75,15 +78,3 @@ pub use schedule::ScheduleInfo;
 pub(crate) use schedule::cron_instants;
 pub(crate) use schedule::{period_ms, policy, spec_of};
 pub use worker::{Worker, WorkerBuilder, WorkerStats};
-
-/// A durable queue a [`Worker`] can run: `RedisQueue<T>` (feature `redis`)
-/// or `PgQueue<T>` (feature `postgres`).
-///
-/// Sealed: the stores implement it inside the crate; its methods are the
-/// worker's private seam.
-pub trait Durable:
-    store::Sealed<Value = <Self as Durable>::Item> + Clone + Send + Sync + 'static
-{
-    /// The queue's values.
-    type Item: Send + Sync + 'static;
-}

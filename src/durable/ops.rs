@@ -1,6 +1,12 @@
 //! How deliveries finish, as every store's scripts or functions read it:
 //! one op per delivery (ack, retry, fail, bury, give back), the lease it
 //! finishes, and the cron instants a tick's successor needs.
+//!
+//! The memory store reads only the ops themselves; the rest (releases of
+//! claims in doubt, cron instants sent along, settling) is for the stores
+//! across a network.
+
+#![cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
 
 use std::future::Future;
 use std::sync::Arc;

@@ -112,7 +112,7 @@ pub trait Sealed {
     /// A claim on its way: sent again after a lost reply, it returns what
     /// the first sending leased.
     type Attempt: Send + Sync + 'static;
-    type Error: std::error::Error + Send + Sync + 'static;
+    type Failure: std::error::Error + Send + Sync + 'static;
 
     fn queue_name(&self) -> &str;
     fn lease_duration(&self) -> Duration;
@@ -127,10 +127,10 @@ pub trait Sealed {
     /// the listener if need be).
     fn kicks(&self) -> watch::Receiver<u64>;
     /// Whether waiting and trying again can fix `error`.
-    fn is_transient(error: &Self::Error) -> bool;
+    fn is_transient(error: &Self::Failure) -> bool;
     /// Whether the request may have run although `error` came back (its
     /// reply was lost).
-    fn is_in_doubt(error: &Self::Error) -> bool;
+    fn is_in_doubt(error: &Self::Failure) -> bool;
     /// Whether a worker sends its finishes apart from its claims, each
     /// beside the other in flight (where a claim that carries finishes
     /// would wait for their writes: on PostgreSQL, one transaction), rather
@@ -152,18 +152,18 @@ pub trait Sealed {
         attempt: &mut Self::Attempt,
         max: usize,
         finished: &[Finish<Self::Lease>],
-    ) -> impl Future<Output = Result<Batch<Self::Value, Self::Lease>, Self::Error>> + Send;
+    ) -> impl Future<Output = Result<Batch<Self::Value, Self::Lease>, Self::Failure>> + Send;
 
     /// Applies `finished` without claiming.
     fn finish(
         &self,
         finished: &[Finish<Self::Lease>],
-    ) -> impl Future<Output = Result<Vec<Applied>, Self::Error>> + Send;
+    ) -> impl Future<Output = Result<Vec<Applied>, Self::Failure>> + Send;
 
     /// Pushes every lease to now + `lease`; whether each was still held.
     fn extend(
         &self,
         leases: &[Self::Lease],
         lease: Duration,
-    ) -> impl Future<Output = Result<Vec<bool>, Self::Error>> + Send;
+    ) -> impl Future<Output = Result<Vec<bool>, Self::Failure>> + Send;
 }

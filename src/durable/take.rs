@@ -28,7 +28,7 @@ pub(crate) async fn take_until<Q: Sealed>(
     store: &Q,
     max: usize,
     until: Option<Instant>,
-) -> Result<Vec<Taken<Q::Value, Q::Lease>>, Q::Error> {
+) -> Result<Vec<Taken<Q::Value, Q::Lease>>, Q::Failure> {
     let waiter = store.waiter();
     let mut lead = None;
     let mut backoff = Backoff::default();

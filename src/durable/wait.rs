@@ -15,6 +15,10 @@
 //! earlier, and those announce themselves, which cuts the leader's nap short
 //! and makes the recorded head stale. A durable worker on the handle naps
 //! the same way, outside the leader's protocol (it watches `kicks` too).
+//!
+//! (The memory store announces in process and needs no listener.)
+
+#![cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
 
 use std::future::Future;
 use std::sync::Mutex;
@@ -72,6 +76,13 @@ impl Waiter {
     /// A watch of the announcements; its current count is seen.
     pub(crate) fn kicks(&self) -> watch::Receiver<u64> {
         self.kicks.subscribe()
+    }
+
+    /// Announces a new head (a store whose writes are seen in this
+    /// process: the memory store).
+    pub(crate) fn kick(&self) {
+        self.kicks
+            .send_modify(|count| *count = count.wrapping_add(1));
     }
 
     /// Becomes the leader if there is none.

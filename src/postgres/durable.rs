@@ -11,19 +11,16 @@ use super::error::Error;
 use super::inner::{Attempt, Claimed, Held, Op};
 use super::queue::PgQueue;
 use super::wait::Listener;
-use crate::durable::Durable;
 use crate::durable::store::{Applied, Batch, Finish, Sealed, Taken};
 use crate::durable::wait::Waiter;
 
-impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Durable for PgQueue<T> {
-    type Item = T;
-}
+crate::durable::durable_by_inherent_methods!(PgQueue);
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue<T> {
     type Value = T;
     type Lease = Held;
     type Attempt = Attempt;
-    type Error = Error;
+    type Failure = Error;
 
     fn queue_name(&self) -> &str {
         &self.inner().name

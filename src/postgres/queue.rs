@@ -91,6 +91,35 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         PgQueueBuilder::new(name)
     }
 
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The database's clock (`clock_timestamp()`), which decides what is
+    /// due.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`] if the database cannot be reached.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use punctual::postgres::PgQueue;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::postgres::Error> {
+    /// let orders: PgQueue<u64> = PgQueue::connect("postgres://localhost/shop", "orders").await?;
+    /// println!("the database's clock reads {:?}", orders.now().await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn now(&self) -> Result<SystemTime, Error> {
+        let ms: i64 = call!(&self.inner, |conn| {
+            sqlx::query_scalar(&self.inner.sql.now).fetch_one(conn)
+        })?;
+        Ok(system_time(ms))
+    }
+
     /// Inserts `value`, due `delay` from now (the database's clock), under a
     /// new unique id, which it returns.
     ///

@@ -29,6 +29,7 @@ pub(crate) struct Statements {
     pub(crate) schedule: String,
     pub(crate) schedules: String,
     pub(crate) channel: String,
+    pub(crate) now: String,
 }
 
 impl Statements {
@@ -58,6 +59,7 @@ impl Statements {
             schedule: format!("SELECT * FROM {s}.schedule($1, $2, $3, $4, $5, $6)"),
             schedules: format!("SELECT * FROM {s}.schedules($1)"),
             channel: "SELECT 'punctual_' || md5($1 || '.' || $2)".to_owned(),
+            now: format!("SELECT {s}.now_ms()"),
         }
     }
 }

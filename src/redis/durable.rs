@@ -10,19 +10,16 @@ use tokio::sync::watch;
 use super::error::Error;
 use super::inner::{Attempt, Held, Op};
 use super::queue::RedisQueue;
-use crate::durable::Durable;
 use crate::durable::store::{Applied, Batch, Finish, Sealed, Taken};
 use crate::durable::wait::Waiter;
 
-impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Durable for RedisQueue<T> {
-    type Item = T;
-}
+crate::durable::durable_by_inherent_methods!(RedisQueue);
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQueue<T> {
     type Value = T;
     type Lease = Held;
     type Attempt = Attempt;
-    type Error = Error;
+    type Failure = Error;
 
     fn queue_name(&self) -> &str {
         &self.inner().name

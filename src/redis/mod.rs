@@ -184,28 +184,10 @@ pub use delivery::Delivery;
 pub use error::Error;
 pub use queue::RedisQueue;
 
-/// Counts of a queue's entries by state, from [`RedisQueue::stats`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RedisStats {
-    /// Not yet due.
-    pub pending: u64,
-    /// Due and not leased (an entry whose lease ran out counts here).
-    pub due: u64,
-    /// Leased to a consumer.
-    pub leased: u64,
-    /// In the dead-letter set.
-    pub dead: u64,
-}
+/// Counts of a queue's entries by state, from [`RedisQueue::stats`]: the
+/// store-neutral [`QueueStats`](crate::durable::QueueStats).
+pub type RedisStats = crate::durable::QueueStats;
 
-/// An entry that was given up on, from [`RedisQueue::dead_letters`].
-#[derive(Debug)]
-pub struct DeadLetter<T> {
-    /// The entry's id.
-    pub id: String,
-    /// The value, or `None` if it no longer decodes as `T`.
-    pub value: Option<T>,
-    /// Deliveries made before it died.
-    pub attempts: u32,
-    /// Why it died.
-    pub reason: String,
-}
+/// An entry that was given up on, from [`RedisQueue::dead_letters`]: the
+/// store-neutral [`DeadLetter`](crate::durable::DeadLetter).
+pub type DeadLetter<T> = crate::durable::DeadLetter<T>;

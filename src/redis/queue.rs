@@ -75,6 +75,33 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         RedisQueueBuilder::new(name)
     }
 
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The server's clock (`TIME`), which decides what is due.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if Redis cannot be reached.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use punctual::redis::RedisQueue;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// let orders: RedisQueue<u64> = RedisQueue::connect("redis://127.0.0.1/", "orders").await?;
+    /// println!("the server's clock reads {:?}", orders.now().await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn now(&self) -> Result<SystemTime, Error> {
+        let invocation = self.inner.script(&SCRIPTS.now);
+        let ms: i64 = self.inner.run(&invocation).await?;
+        Ok(system_time(ms))
+    }
+
     pub(crate) fn inner(&self) -> &Inner {
         &self.inner
     }

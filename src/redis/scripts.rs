@@ -72,6 +72,7 @@ pub(crate) struct Scripts {
     pub(crate) rights: Script,
     pub(crate) schedule: Script,
     pub(crate) schedules: Script,
+    pub(crate) now: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -90,4 +91,5 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     rights: Script::new(lua!("rights")),
     schedule: Script::new(lua!("schedule", "check_all", "now_ms", "place", "ticks")),
     schedules: Script::new(lua!("schedules", "check_all")),
+    now: Script::new(lua!("now", "now_ms")),
 });

@@ -1,0 +1,118 @@
+//! [`MemoryQueueBuilder`]: the memory queue's settings.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::inner::Inner;
+use super::queue::MemoryQueue;
+
+/// Builds a [`MemoryQueue`]: `MemoryQueue::builder(name)`, then the
+/// settings, then [`build`](Self::build).
+pub struct MemoryQueueBuilder<T> {
+    name: String,
+    lease: Duration,
+    max_attempts: u32,
+    start_at: Option<SystemTime>,
+    _values: PhantomData<fn() -> T>,
+}
+
+impl<T> fmt::Debug for MemoryQueueBuilder<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryQueueBuilder")
+            .field("name", &self.name)
+            .field("lease", &self.lease)
+            .field("max_attempts", &self.max_attempts)
+            .field("start_at", &self.start_at)
+            .finish()
+    }
+}
+
+impl<T> MemoryQueueBuilder<T> {
+    pub(crate) fn new(name: &str) -> Self {
+        MemoryQueueBuilder {
+            name: name.to_owned(),
+            lease: Duration::from_secs(30),
+            max_attempts: 10,
+            start_at: None,
+            _values: PhantomData,
+        }
+    }
+
+    /// How long a taken entry stays leased before it is delivered again;
+    /// default 30 s.
+    ///
+    /// # Panics
+    ///
+    /// If `lease` is zero.
+    #[track_caller]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        assert!(
+            !lease.is_zero(),
+            "MemoryQueueBuilder::lease: the lease must not be zero"
+        );
+        self.lease = lease;
+        self
+    }
+
+    /// Deliveries before an entry goes to the dead letters; default 10; 0
+    /// never dead-letters.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// The time the queue's clock reads when it is built (default: the
+    /// system's clock then). From there it moves with Tokio's clock, so a
+    /// test under paused time starts at a chosen moment, such as the night
+    /// before a change of daylight saving time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::memory::MemoryQueue;
+    /// use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // 2026-10-24 22:00 UTC, the evening before Europe/Berlin falls back.
+    /// let evening = UNIX_EPOCH + Duration::from_secs(1_792_879_200);
+    /// let jobs: MemoryQueue<String> = MemoryQueue::builder("jobs").start_at(evening).build();
+    /// assert_eq!(jobs.now().await.unwrap(), evening);
+    /// tokio::time::sleep(Duration::from_secs(3600)).await;
+    /// assert_eq!(jobs.now().await.unwrap(), evening + Duration::from_secs(3600));
+    /// # }
+    /// ```
+    pub fn start_at(mut self, at: SystemTime) -> Self {
+        self.start_at = Some(at);
+        self
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueueBuilder<T> {
+    /// The queue. Two queues built with the same name are two queues: a
+    /// queue is its handle and that handle's clones.
+    ///
+    /// # Panics
+    ///
+    /// If the name breaks the queue-name rules every store keeps (empty,
+    /// over 512 bytes, a brace or a NUL character): a caller's bug, since
+    /// no I/O can fail here; and if called outside a Tokio runtime.
+    #[track_caller]
+    pub fn build(self) -> MemoryQueue<T> {
+        if let Some(why) = crate::durable::rules::name_problem(&self.name) {
+            panic!("MemoryQueue: invalid queue name: {why}");
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            panic!("MemoryQueueBuilder::build must be called inside a Tokio runtime");
+        }
+        // The one reading of the system's clock: the queue's clock starts
+        // there and moves with Tokio's (paused time included).
+        #[allow(clippy::disallowed_methods)]
+        let start = self.start_at.unwrap_or_else(SystemTime::now);
+        MemoryQueue::from_inner(Inner::new(self.name, self.lease, self.max_attempts, start))
+    }
+}

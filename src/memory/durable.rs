@@ -1,0 +1,116 @@
+//! `MemoryQueue` as a durable queue: the worker's seam, each call one step
+//! on the queue's state.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use super::clock::system_time;
+use super::error::Error;
+use super::inner::NAP;
+use super::queue::MemoryQueue;
+use crate::durable::ops::{Held, Op, decode};
+use crate::durable::store::{Applied, Batch, Finish, Sealed, Taken};
+use crate::durable::wait::Waiter;
+
+crate::durable::durable_by_inherent_methods!(MemoryQueue);
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for MemoryQueue<T> {
+    type Value = T;
+    type Lease = Held;
+    /// A claim and its answer are one step: never in doubt.
+    type Attempt = ();
+    type Failure = Error;
+
+    fn queue_name(&self) -> &str {
+        &self.inner().name
+    }
+
+    fn lease_duration(&self) -> Duration {
+        self.inner().lease
+    }
+
+    fn poll_interval(&self) -> Duration {
+        NAP
+    }
+
+    fn new_attempt(&self) {}
+
+    fn waiter(&self) -> &Waiter {
+        &self.inner().waiter
+    }
+
+    fn abandon(&self, _attempt: &()) -> bool {
+        false
+    }
+
+    fn kicks(&self) -> watch::Receiver<u64> {
+        self.inner().waiter.kicks()
+    }
+
+    fn is_transient(_error: &Error) -> bool {
+        false
+    }
+
+    fn is_in_doubt(_error: &Error) -> bool {
+        false
+    }
+
+    async fn claim(
+        &self,
+        _attempt: &mut (),
+        max: usize,
+        finished: &[Finish<Held>],
+    ) -> Result<Batch<T, Held>, Error> {
+        let ops: Vec<Op> = finished.iter().map(Op::of).collect();
+        let (claim, token) = self.inner().claim(max, &ops);
+        let mut taken = Vec::with_capacity(claim.items.len());
+        let mut refused = Vec::new();
+        for item in claim.items {
+            let lease = Held {
+                id: item.id,
+                token: token.clone(),
+                tick: None,
+            };
+            match decode::<T>(None, Some(item.value.as_bytes())) {
+                Ok(value) => taken.push(Taken {
+                    id: lease.id.clone(),
+                    schedule: item.tick.is_some().then(|| lease.id.clone()),
+                    value,
+                    attempt: item.attempt,
+                    deadline: system_time(item.deadline),
+                    lease_until: system_time(item.lease_until),
+                    lease,
+                }),
+                Err(why) => {
+                    tracing::warn!(queue = %self.inner().name, id = lease.id,
+                        attempt = item.attempt, reason = why.reason(), "not handed out");
+                    refused.push(why.op(&lease, item.attempt));
+                }
+            }
+        }
+        if !refused.is_empty() {
+            self.inner().finish(&refused);
+        }
+        Ok(Batch {
+            done: claim.done,
+            taken,
+            more_due: claim.more,
+            next_due: claim.next_due,
+            now: system_time(claim.now),
+        })
+    }
+
+    async fn finish(&self, finished: &[Finish<Held>]) -> Result<Vec<Applied>, Error> {
+        let ops: Vec<Op> = finished.iter().map(Op::of).collect();
+        Ok(self.inner().finish(&ops))
+    }
+
+    async fn extend(&self, leases: &[Held], lease: Duration) -> Result<Vec<bool>, Error> {
+        let held: Vec<&Held> = leases.iter().collect();
+        let ends = self.inner().extend(&held, lease);
+        Ok(ends.into_iter().map(|end| end.is_some()).collect())
+    }
+}

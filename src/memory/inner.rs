@@ -1,0 +1,153 @@
+//! What every handle and delivery of one memory queue shares: its settings,
+//! clock and state, and the steps the handles take on that state.
+//!
+//! Ground rules. `state` is locked for one step at a time, never across an
+//! await and never while waking anyone: a step reports whether the head
+//! may have moved earlier, and `write` wakes the waiting consumers (the
+//! handle's `Waiter`) after letting go of the lock.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use super::clock::Clock;
+use super::state::{Done, End, Leased, Moved, State};
+use crate::durable::ops::{Held, Op, millis};
+use crate::durable::store::Applied;
+use crate::durable::wait::Waiter;
+
+/// The longest a waiting consumer naps without looking again. Every change
+/// that can make an entry due earlier wakes it at once (nothing is lost
+/// between processes here), so this only bounds a nap.
+pub(crate) const NAP: Duration = Duration::from_secs(3600);
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) name: String,
+    pub(crate) lease: Duration,
+    pub(crate) max_attempts: u32,
+    pub(crate) clock: Clock,
+    state: Mutex<State>,
+    pub(crate) waiter: Waiter,
+}
+
+/// The answer of a claim.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    pub(crate) done: Vec<Applied>,
+    pub(crate) items: Vec<Leased>,
+    pub(crate) more: bool,
+    /// When the head is due, on Tokio's clock, as the claim left it.
+    pub(crate) next_due: Instant,
+    pub(crate) now: u64,
+}
+
+impl Inner {
+    pub(crate) fn new(
+        name: String,
+        lease: Duration,
+        max_attempts: u32,
+        start: SystemTime,
+    ) -> Inner {
+        Inner {
+            name,
+            lease,
+            max_attempts,
+            clock: Clock::new(start),
+            state: Mutex::new(State::default()),
+            waiter: Waiter::default(),
+        }
+    }
+
+    /// Runs `step` on the state at the clock's reading now, then wakes the
+    /// waiting consumers if it may have moved the head earlier.
+    pub(crate) fn write<R>(&self, step: impl FnOnce(&mut State, u64, &mut Moved) -> R) -> R {
+        let now = self.clock.now_ms();
+        let mut moved = Moved::default();
+        let out = step(&mut self.state.lock(), now, &mut moved);
+        if moved.announce {
+            self.waiter.kick();
+        }
+        out
+    }
+
+    /// Reads the state at the clock's reading now.
+    pub(crate) fn read<R>(&self, look: impl FnOnce(&State, u64) -> R) -> R {
+        let now = self.clock.now_ms();
+        look(&self.state.lock(), now)
+    }
+
+    /// Applies `ops`, then leases up to `max` due entries to a new token.
+    pub(crate) fn claim(&self, max: usize, ops: &[Op]) -> (Claim, Arc<str>) {
+        let token = crate::durable::store::new_token();
+        let lease = millis(self.lease).max(1);
+        let limit = self.max_attempts;
+        let kicks = *self.waiter.kicks().borrow();
+        let claim = self.write(|state, now, moved| {
+            let done = ops
+                .iter()
+                .map(|op| apply(state, op, now, limit, moved))
+                .collect();
+            let (items, more) = state.claim(now, max, lease, limit, &token, moved);
+            let next_due = match state.head() {
+                Some(head) => self.clock.instant_at(head),
+                None => crate::queue::deadline_after(Instant::now(), NAP),
+            };
+            Claim {
+                done,
+                items,
+                more,
+                next_due,
+                now,
+            }
+        });
+        self.waiter.set_next_due(claim.next_due, kicks);
+        (claim, token)
+    }
+
+    /// Applies `ops` without claiming.
+    pub(crate) fn finish(&self, ops: &[Op]) -> Vec<Applied> {
+        let limit = self.max_attempts;
+        self.write(|state, now, moved| {
+            ops.iter()
+                .map(|op| apply(state, op, now, limit, moved))
+                .collect()
+        })
+    }
+
+    /// Pushes the leases of `held` to now + `lease`: the new end of each, or
+    /// `None` where it was lost.
+    pub(crate) fn extend(&self, held: &[&Held], lease: Duration) -> Vec<Option<u64>> {
+        self.write(|state, now, moved| {
+            let until = now.saturating_add(millis(lease));
+            held.iter()
+                .map(|h| state.extend(&h.id, &h.token, until, moved).then_some(until))
+                .collect()
+        })
+    }
+}
+
+/// Applies one finish op (see `durable::ops::Op` for the kinds).
+fn apply(state: &mut State, op: &Op, now: u64, limit: u32, moved: &mut Moved) -> Applied {
+    let end = match op.kind {
+        "a" => End::Ack,
+        "r" => End::Retry,
+        "f" => End::Fail,
+        "b" => End::Bury,
+        "s" => End::Snooze,
+        "x" => End::Discard,
+        "g" => End::GiveBack,
+        "G" => {
+            state.release(&op.token, now, moved);
+            return Applied::Done;
+        }
+        _ => return Applied::Lost,
+    };
+    match state.finish(end, &op.id, &op.token, op.ms, &op.reason, now, limit, moved) {
+        Done::Lost => Applied::Lost,
+        Done::Applied => Applied::Done,
+        Done::Dead => Applied::Dead,
+    }
+}
