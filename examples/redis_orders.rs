@@ -4,7 +4,11 @@
 //!
 //! The shop inserts every order under its own id (`order-<n>`) with its
 //! payment timeout (400 ms to 2 s here); paying removes the order's timeout
-//! by that id. Two expiry workers, A and B, stand in for two processes: each
+//! by that id. A payment and an expiry can race (the customer pays while a
+//! worker already holds the order's timeout, which `remove` cannot stop),
+//! so the shop's books decide: each side changes an order only while it is
+//! unpaid, under the books' lock (a database would do it with a conditional
+//! `UPDATE`). Two expiry workers, A and B, stand in for two processes: each
 //! builds its own `RedisQueue` handle and they share nothing in-process. They
 //! take expired orders under a 1 s lease, release the stock, and ack.
 //! Worker A is killed (its task aborted) right after taking its second
@@ -31,6 +35,7 @@
 //! it never touches other data. The run takes about three seconds.
 
 use punctual::redis::{Delivery, Error, RedisQueue, client};
+use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -73,9 +78,18 @@ struct Order {
     euros: u32,
 }
 
+/// Where an order stands in the shop's books.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Unpaid,
+    Paid,
+    Expired,
+}
+
 /// The shop's books (its database): what the summary reports.
 #[derive(Default)]
 struct Ledger {
+    status: HashMap<String, Status>,
     paid: Vec<String>,
     refused: Vec<String>,
     expired_by_a: Vec<String>,
@@ -189,6 +203,11 @@ async fn main() -> ExitCode {
             euros: 20 + 7 * number as u32,
         };
         let timeout = Duration::from_millis(*timeout);
+        ledger
+            .lock()
+            .unwrap()
+            .status
+            .insert(id.clone(), Status::Unpaid);
         match shop.insert_with_id(&id, &order, timeout).await {
             Ok(true) => {}
             Ok(false) => return failed(&shop, &format!("{id} was already in the queue")).await,
@@ -207,18 +226,31 @@ async fn main() -> ExitCode {
             let (shop, clock, ledger) = (shop.clone(), clock.clone(), Arc::clone(&ledger));
             customers.push(tokio::spawn(async move {
                 sleep_until(pay_at).await;
-                // Paying removes the timeout; if it is gone, the order expired.
-                let paid = shop.remove(&id).await?;
-                let mut l = ledger.lock().unwrap();
+                // The books decide: paid only if still unpaid.
+                let paid = {
+                    let mut l = ledger.lock().unwrap();
+                    let unpaid = l.status.get(&id) == Some(&Status::Unpaid);
+                    if unpaid {
+                        l.status.insert(id.clone(), Status::Paid);
+                        l.paid.push(id.clone());
+                    } else {
+                        l.refused.push(id.clone());
+                    }
+                    unpaid
+                };
                 if paid {
-                    clock.log("customer", format!("pays {id}: in time, timeout removed"));
-                    l.paid.push(id);
+                    // Then the timeout goes. A worker may hold it already:
+                    // it will find the order paid and leave it alone.
+                    let removed = shop.remove(&id).await?;
+                    clock.log(
+                        "customer",
+                        format!("pays {id}: in time, timeout removed = {removed}"),
+                    );
                 } else {
                     clock.log(
                         "customer",
                         format!("pays {id}: refused, the order already expired"),
                     );
-                    l.refused.push(id);
                 }
                 Ok::<(), Error>(())
             }));
@@ -351,24 +383,39 @@ async fn worker(
         } else {
             format!("attempt {attempt}, {late} ms late")
         };
-        clock.log(
-            &who,
-            format!(
-                "{id} expired ({how}), releasing {} € of stock",
-                delivery.value().euros
-            ),
-        );
-        sleep(RELEASE_STOCK).await;
-        match delivery.ack().await {
-            Ok(true) => {
-                let mut l = ledger.lock().unwrap();
+        // The books decide: expired only if still unpaid (the customer may
+        // have paid since this timeout was taken).
+        let expired = {
+            let mut l = ledger.lock().unwrap();
+            let unpaid = l.status.get(&id) == Some(&Status::Unpaid);
+            if unpaid {
+                l.status.insert(id.clone(), Status::Expired);
                 if me == 'A' {
-                    l.expired_by_a.push(id);
+                    l.expired_by_a.push(id.clone());
                 } else {
-                    l.expired_by_b.push(id);
+                    l.expired_by_b.push(id.clone());
                 }
             }
-            Ok(false) => clock.log(&who, format!("{id}: lease lost (paid meanwhile?), no ack")),
+            unpaid
+        };
+        if expired {
+            clock.log(
+                &who,
+                format!(
+                    "{id} expired ({how}), releasing {} € of stock",
+                    delivery.value().euros
+                ),
+            );
+            sleep(RELEASE_STOCK).await;
+        } else {
+            clock.log(
+                &who,
+                format!("{id} is no longer unpaid ({how}): left alone"),
+            );
+        }
+        // Done either way; `Ok(false)`: the timeout was removed meanwhile.
+        match delivery.ack().await {
+            Ok(_) => {}
             Err(error) => clock.log(&who, format!("{id}: ack failed: {error}")),
         }
     }

@@ -11,7 +11,7 @@ use punctual::durable::{Job, Worker};
 use punctual::redis::{Error, RedisQueue, RedisStats};
 use std::time::Duration;
 
-/// The commands of the documented ACL line (module docs and README).
+/// The commands of the documented ACL line (the `punctual::redis` module docs).
 const COMMANDS: &str = "-@all +evalsha +script|load +time +type +del +get +set +incr \
      +hset +hget +hmget +hdel +hexists +hgetall \
      +zadd +zrem +zrange +zrangebyscore +zscore +zcard +zcount \

@@ -272,8 +272,19 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     }
 
     /// Deletes the entry `id`, pending, leased or dead (`true` if it was
-    /// there); a consumer holding it then gets `Ok(false)` from `ack`. A
-    /// schedule's tick takes its schedule with it.
+    /// there). A schedule's tick takes its schedule with it.
+    ///
+    /// `true` means the entry was there and is gone: it is never delivered
+    /// again. It does not stop a handler already under way: a consumer that
+    /// took the entry before (it was leased) may still be running its
+    /// handler, whose [`ack`](crate::postgres::Delivery::ack) then returns
+    /// `Ok(false)`. A [`Worker`](crate::durable::Worker) drops such a handler
+    /// at its next await once a lease extension finds the entry gone, which
+    /// may be after the handler did its work. So guard the effect in the
+    /// handler itself: expire an order only if it is still unpaid, in one
+    /// conditional `UPDATE ... WHERE id = $1 AND status = 'unpaid'` that
+    /// succeeds whether or not it changed the row (see
+    /// `examples/pg_orders.rs`).
     ///
     /// # Errors
     ///

@@ -202,7 +202,17 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     }
 
     /// Deletes the entry `id`, whether pending, leased or dead; `true` if it
-    /// was there. A consumer holding it then gets `Ok(false)` from `ack`.
+    /// was there.
+    ///
+    /// `true` means the entry was there and is gone: it is never delivered
+    /// again. It does not stop a handler already under way: a consumer that
+    /// took the entry before (it was leased) may still be running its
+    /// handler, whose [`ack`](crate::redis::Delivery::ack) then returns
+    /// `Ok(false)`. A [`Worker`](crate::durable::Worker) drops such a handler
+    /// at its next await once a lease extension finds the entry gone, which
+    /// may be after the handler did its work. So guard the effect in the
+    /// handler itself (expire an order only if it is still unpaid), not by
+    /// `remove`'s answer.
     ///
     /// # Errors
     ///

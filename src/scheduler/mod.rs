@@ -1,4 +1,11 @@
 //! The scheduled executor: worker tasks taking jobs from a `DelayQueue`.
+//!
+//! How it is built: `job.rs` holds each job's state machine, with its
+//! transition table in its module docs; `pool.rs` holds shutdown and the
+//! worker loop; `cleanup.rs` is the one place where user values are dropped
+//! and handles woken after a transition, wakes first, every panic contained
+//! and reported. If the runtime goes away, every pending or running job's
+//! handle resolves to `Err(JobError::Cancelled)`.
 
 mod begun;
 mod cleanup;
