@@ -44,76 +44,6 @@ fn ticking(
 }
 
 common::stores::on_every_store! {
-    /// The fence must sit in the handler's own task: on a busy runtime the
-    /// engine's fence timer may be served after the handler's own wake-up.
-    /// Here the link goes silent (extensions hang), then the runtime (one
-    /// thread) is blocked across the end of the lease while another
-    /// consumer, on a thread of its own, takes the entry. When the runtime
-    /// is free again, the handler must not take one more step: it was found
-    /// resuming 47-57 ms after the other consumer had the entry.
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_handler_is_never_polled_past_its_lease_on_a_busy_runtime() {
-        let store = Store::start();
-        let proxy = Proxy::start(store.upstream_port());
-        let via: Q<u64> = store.via(&proxy, "busy").lease(ms(400)).build().await.expect("connect");
-        via.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
-        let ticks: Ticks = Arc::default();
-        let worker = Worker::builder(via.clone()).concurrency(1).spawn(ticking(2000, &ticks));
-        eventually("a runs", || {
-            let running = worker.stats().running == 1;
-            async move { running }
-        })
-        .await;
-        // Another consumer, on its own thread and runtime, polls for `a`.
-        let other = store.builder::<u64>("busy").lease(ms(400));
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let taker = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let direct = other.build().await.expect("connect");
-                ready_tx.send(()).unwrap();
-                let give_up = Instant::now() + WAIT;
-                loop {
-                    if let Some(d) = direct.try_take().await.unwrap() {
-                        return (d.id().to_owned(), d.attempt(), Instant::now());
-                    }
-                    assert!(Instant::now() < give_up, "the lease never ran out");
-                    sleep(ms(5)).await;
-                }
-            })
-        });
-        ready_rx.recv().unwrap();
-        // The link goes silent, then this runtime is busy for longer than a
-        // lease: the lease ends inside that time.
-        proxy.refuse(true);
-        proxy.black_hole_open();
-        std::thread::sleep(ms(900));
-        let (id, attempt, taken_at) = taker.join().unwrap();
-        assert_eq!((id.as_str(), attempt), ("a", 2));
-        // The runtime runs again: the handler's timer is long due.
-        sleep(ms(200)).await;
-        let after: Vec<Duration> = ticks
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|t| **t >= taken_at)
-            .map(|t| t.duration_since(taken_at))
-            .collect();
-        let stats = worker.stats();
-        drop(worker);
-        assert!(
-            after.is_empty(),
-            "{STORE}: the handler took {} more steps after another consumer took its entry \
-             (the first {:?} after): {stats:?}",
-            after.len(),
-            after.first()
-        );
-        assert_eq!(stats.lost, 1, "{stats:?}");
-    }
-
     /// A run longer than the timeout fails even if it never awaits:
     /// `tokio::time::timeout` polls its future before it looks at the
     /// clock, so a handler that blocked past the limit and then returned
@@ -205,6 +135,78 @@ common::stores::on_every_store! {
             q.stats().await.unwrap() == Stats::default()
         })
         .await;
+    }
+}
+
+common::stores::on_durable_stores! {
+    /// The fence must sit in the handler's own task: on a busy runtime the
+    /// engine's fence timer may be served after the handler's own wake-up.
+    /// Here the link goes silent (extensions hang), then the runtime (one
+    /// thread) is blocked across the end of the lease while another
+    /// consumer, on a thread of its own, takes the entry. When the runtime
+    /// is free again, the handler must not take one more step: it was found
+    /// resuming 47-57 ms after the other consumer had the entry.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_handler_is_never_polled_past_its_lease_on_a_busy_runtime() {
+        let store = Store::start();
+        let proxy = Proxy::start(store.upstream_port());
+        let via: Q<u64> = store.via(&proxy, "busy").lease(ms(400)).build().await.expect("connect");
+        via.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
+        let ticks: Ticks = Arc::default();
+        let worker = Worker::builder(via.clone()).concurrency(1).spawn(ticking(2000, &ticks));
+        eventually("a runs", || {
+            let running = worker.stats().running == 1;
+            async move { running }
+        })
+        .await;
+        // Another consumer, on its own thread and runtime, polls for `a`.
+        let other = store.builder::<u64>("busy").lease(ms(400));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let taker = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let direct = other.build().await.expect("connect");
+                ready_tx.send(()).unwrap();
+                let give_up = Instant::now() + WAIT;
+                loop {
+                    if let Some(d) = direct.try_take().await.unwrap() {
+                        return (d.id().to_owned(), d.attempt(), Instant::now());
+                    }
+                    assert!(Instant::now() < give_up, "the lease never ran out");
+                    sleep(ms(5)).await;
+                }
+            })
+        });
+        ready_rx.recv().unwrap();
+        // The link goes silent, then this runtime is busy for longer than a
+        // lease: the lease ends inside that time.
+        proxy.refuse(true);
+        proxy.black_hole_open();
+        std::thread::sleep(ms(900));
+        let (id, attempt, taken_at) = taker.join().unwrap();
+        assert_eq!((id.as_str(), attempt), ("a", 2));
+        // The runtime runs again: the handler's timer is long due.
+        sleep(ms(200)).await;
+        let after: Vec<Duration> = ticks
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|t| **t >= taken_at)
+            .map(|t| t.duration_since(taken_at))
+            .collect();
+        let stats = worker.stats();
+        drop(worker);
+        assert!(
+            after.is_empty(),
+            "{STORE}: the handler took {} more steps after another consumer took its entry \
+             (the first {:?} after): {stats:?}",
+            after.len(),
+            after.first()
+        );
+        assert_eq!(stats.lost, 1, "{stats:?}");
     }
 
     /// `shutdown(grace)` returns by its grace when the store no longer

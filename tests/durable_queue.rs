@@ -1125,50 +1125,6 @@ common::stores::on_every_store! {
     }
 
     #[tokio::test]
-    async fn a_stored_value_that_is_not_json_goes_to_the_dead_letters() {
-        let store = Store::start();
-        // One attempt allowed: its first failed one sends it to the dead
-        // letters.
-        let q: Q<u64> = store
-            .builder("garbage")
-            .lease(HOUR)
-            .max_attempts(1)
-            .build()
-            .await
-            .unwrap();
-        q.insert_with_id("bad", &1, ms(0)).await.unwrap();
-        q.insert_with_id("good", &2, ms(0)).await.unwrap();
-        // What another service (or a bad migration) could leave behind.
-        store.corrupt("garbage", "bad", "{not json\u{1}");
-
-        let d = next(&q).await;
-        assert_eq!((d.id(), *d.value(), d.attempt()), ("good", 2, 1));
-        assert!(d.ack().await.unwrap());
-        assert!(q.try_take().await.unwrap().is_none());
-        assert_eq!(
-            q.stats().await.unwrap(),
-            Stats {
-                dead: 1,
-                ..Stats::default()
-            }
-        );
-        let dead = q.dead_letters(10).await.unwrap();
-        assert_eq!(dead.len(), 1);
-        assert_eq!((dead[0].id.as_str(), dead[0].value), ("bad", None));
-        assert_eq!(dead[0].attempts, 1);
-        assert!(dead[0].reason.starts_with("value does not decode"));
-        // A handle of any type lists it without a value: the bytes do not
-        // decode as anything.
-        let strings: Q<String> = store.open("garbage").await;
-        let dead = strings.dead_letters(10).await.unwrap();
-        assert_eq!((dead.len(), dead[0].value.as_deref()), (1, None));
-        // Requeued, its next attempt fails again, never handed out.
-        assert!(q.requeue_dead("bad", ms(0)).await.unwrap());
-        assert!(q.try_take().await.unwrap().is_none());
-        assert_eq!(q.stats().await.unwrap().dead, 1);
-    }
-
-    #[tokio::test]
     async fn undecodable_entries_among_good_ones_are_skipped_in_order() {
         let store = Store::start();
         let strings: Q<String> = store.open("mixed-batch").await;
@@ -1745,6 +1701,52 @@ common::stores::on_every_store! {
             assert!(d.ack().await.unwrap());
         }
         assert_eq!(q.stats().await.unwrap(), Stats::default());
+    }
+}
+
+common::stores::on_durable_stores! {
+    #[tokio::test]
+    async fn a_stored_value_that_is_not_json_goes_to_the_dead_letters() {
+        let store = Store::start();
+        // One attempt allowed: its first failed one sends it to the dead
+        // letters.
+        let q: Q<u64> = store
+            .builder("garbage")
+            .lease(HOUR)
+            .max_attempts(1)
+            .build()
+            .await
+            .unwrap();
+        q.insert_with_id("bad", &1, ms(0)).await.unwrap();
+        q.insert_with_id("good", &2, ms(0)).await.unwrap();
+        // What another service (or a bad migration) could leave behind.
+        store.corrupt("garbage", "bad", "{not json\u{1}");
+
+        let d = q.take_timeout(WAIT).await.unwrap().expect("a delivery");
+        assert_eq!((d.id(), *d.value(), d.attempt()), ("good", 2, 1));
+        assert!(d.ack().await.unwrap());
+        assert!(q.try_take().await.unwrap().is_none());
+        assert_eq!(
+            q.stats().await.unwrap(),
+            Stats {
+                dead: 1,
+                ..Stats::default()
+            }
+        );
+        let dead = q.dead_letters(10).await.unwrap();
+        assert_eq!(dead.len(), 1);
+        assert_eq!((dead[0].id.as_str(), dead[0].value), ("bad", None));
+        assert_eq!(dead[0].attempts, 1);
+        assert!(dead[0].reason.starts_with("value does not decode"));
+        // A handle of any type lists it without a value: the bytes do not
+        // decode as anything.
+        let strings: Q<String> = store.open("garbage").await;
+        let dead = strings.dead_letters(10).await.unwrap();
+        assert_eq!((dead.len(), dead[0].value.as_deref()), (1, None));
+        // Requeued, its next attempt fails again, never handed out.
+        assert!(q.requeue_dead("bad", ms(0)).await.unwrap());
+        assert!(q.try_take().await.unwrap().is_none());
+        assert_eq!(q.stats().await.unwrap().dead, 1);
     }
 
     #[tokio::test]

@@ -51,97 +51,6 @@ impl Drop for PanicsOnDrop {
 }
 
 common::stores::on_every_store! {
-    /// Fencing must not wait for the store: while an extension hangs (the
-    /// link went silent: a NAT that dropped its state), a running handler
-    /// is still dropped once its lease may have run out. The engine only
-    /// checks `valid_until` in `heartbeat()`, and the heartbeat arm is off
-    /// while an extension is in flight: on Redis the handler runs on until
-    /// the response timeout, on PostgreSQL (no timeout) for good, while
-    /// another consumer runs the same entry.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_run_is_dropped_at_its_lease_while_an_extension_hangs() {
-        let store = Store::start();
-        let proxy = Proxy::start(store.upstream_port());
-        let direct: Q<u64> = store.builder("hang").lease(ms(1000)).build().await.expect("connect");
-        let via: Q<u64> = store.via(&proxy, "hang").lease(ms(1000)).build().await.expect("connect");
-        direct.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
-        let last: LastTick = Arc::default();
-        let worker = Worker::builder(via.clone()).concurrency(1).spawn(ticking(600, &last));
-        eventually("a runs", || {
-            let running = worker.stats().running == 1;
-            async move { running }
-        })
-        .await;
-        sleep(ms(100)).await;
-        // The link goes silent: the next extension never hears back.
-        proxy.refuse(true);
-        proxy.black_hole_open();
-        // Another consumer takes `a` once its lease has run out.
-        let give_up = Instant::now() + WAIT;
-        let taken_at = loop {
-            if let Some(d) = direct.try_take().await.unwrap() {
-                assert_eq!((d.id(), d.attempt()), ("a", 2));
-                break Instant::now();
-            }
-            assert!(Instant::now() < give_up, "the lease never ran out");
-            sleep(ms(10)).await;
-        };
-        sleep(ms(500)).await;
-        let last = last.lock().unwrap().expect("ran");
-        let stats = worker.stats();
-        let _ = tokio::time::timeout(ms(3000), worker.shutdown(ms(10))).await;
-        let ran_on = last.saturating_duration_since(taken_at);
-        assert!(
-            ran_on < ms(100),
-            "{STORE}: the handler ran on {ran_on:?} after another consumer took its entry \
-             (its lease had run out): {stats:?}"
-        );
-    }
-
-    /// A failed attempt whose request lost its reply (it applied: the
-    /// entry is retried an hour on) is sent again and found `Lost`: the
-    /// worker counts that run in `lost`, as if its lease had been lost,
-    /// beside `failed`. (`Ack` has the `resent` case; `Fail` has not.)
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_failure_whose_reply_was_lost_is_not_counted_lost() {
-        let store = Store::start();
-        let proxy = Proxy::start(store.upstream_port());
-        let direct: Q<u64> = store.builder("flost").build().await.expect("connect");
-        let via: Q<u64> = store
-            .via(&proxy, "flost")
-            .lease(Duration::from_secs(20))
-            .build()
-            .await
-            .expect("connect");
-        let worker = Worker::builder(via.clone())
-            .concurrency(2)
-            .backoff(Backoff::fixed(HOUR))
-            .spawn(|_job: Job<u64>| async move {
-                sleep(ms(200)).await;
-                Err::<(), _>("unique-failure-reason-7f3a")
-            });
-        sleep(ms(200)).await;
-        // The request carrying the failure reaches the store; its reply is lost.
-        proxy.cut_after_next_request(Some(b"unique-failure-reason-7f3a"));
-        direct.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
-        eventually("the failure is applied", || {
-            let direct = direct.clone();
-            async move {
-                let due = direct.deadline("a").await.unwrap();
-                due.is_some_and(|at| at > common::wait::wall() + Duration::from_secs(1800))
-            }
-        })
-        .await;
-        assert!(!proxy.armed(), "the cut did not fire");
-        sleep(ms(1000)).await;
-        let stats = worker.shutdown(ms(100)).await;
-        assert_eq!(
-            (stats.failed, stats.lost, stats.completed),
-            (1, 0, 0),
-            "{STORE}: one failed attempt, applied (retried an hour on), no lease lost: {stats:?}"
-        );
-    }
-
     /// "A panic never takes the worker down": a handler panics with a
     /// payload whose `Drop` panics with a payload whose own `Drop` panics.
     /// The first is dropped in the handler's task (Tokio catches that), the
@@ -542,6 +451,99 @@ mod pg_only {
         assert_eq!(
             ran, 5,
             "entries due for 5 s, yet the worker ran {ran}: its claim hangs ({stats:?})"
+        );
+    }
+}
+
+common::stores::on_durable_stores! {
+    /// Fencing must not wait for the store: while an extension hangs (the
+    /// link went silent: a NAT that dropped its state), a running handler
+    /// is still dropped once its lease may have run out. The engine only
+    /// checks `valid_until` in `heartbeat()`, and the heartbeat arm is off
+    /// while an extension is in flight: on Redis the handler runs on until
+    /// the response timeout, on PostgreSQL (no timeout) for good, while
+    /// another consumer runs the same entry.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_is_dropped_at_its_lease_while_an_extension_hangs() {
+        let store = Store::start();
+        let proxy = Proxy::start(store.upstream_port());
+        let direct: Q<u64> = store.builder("hang").lease(ms(1000)).build().await.expect("connect");
+        let via: Q<u64> = store.via(&proxy, "hang").lease(ms(1000)).build().await.expect("connect");
+        direct.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
+        let last: LastTick = Arc::default();
+        let worker = Worker::builder(via.clone()).concurrency(1).spawn(ticking(600, &last));
+        eventually("a runs", || {
+            let running = worker.stats().running == 1;
+            async move { running }
+        })
+        .await;
+        sleep(ms(100)).await;
+        // The link goes silent: the next extension never hears back.
+        proxy.refuse(true);
+        proxy.black_hole_open();
+        // Another consumer takes `a` once its lease has run out.
+        let give_up = Instant::now() + WAIT;
+        let taken_at = loop {
+            if let Some(d) = direct.try_take().await.unwrap() {
+                assert_eq!((d.id(), d.attempt()), ("a", 2));
+                break Instant::now();
+            }
+            assert!(Instant::now() < give_up, "the lease never ran out");
+            sleep(ms(10)).await;
+        };
+        sleep(ms(500)).await;
+        let last = last.lock().unwrap().expect("ran");
+        let stats = worker.stats();
+        let _ = tokio::time::timeout(ms(3000), worker.shutdown(ms(10))).await;
+        let ran_on = last.saturating_duration_since(taken_at);
+        assert!(
+            ran_on < ms(100),
+            "{STORE}: the handler ran on {ran_on:?} after another consumer took its entry \
+             (its lease had run out): {stats:?}"
+        );
+    }
+
+    /// A failed attempt whose request lost its reply (it applied: the
+    /// entry is retried an hour on) is sent again and found `Lost`: the
+    /// worker counts that run in `lost`, as if its lease had been lost,
+    /// beside `failed`. (`Ack` has the `resent` case; `Fail` has not.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failure_whose_reply_was_lost_is_not_counted_lost() {
+        let store = Store::start();
+        let proxy = Proxy::start(store.upstream_port());
+        let direct: Q<u64> = store.builder("flost").build().await.expect("connect");
+        let via: Q<u64> = store
+            .via(&proxy, "flost")
+            .lease(Duration::from_secs(20))
+            .build()
+            .await
+            .expect("connect");
+        let worker = Worker::builder(via.clone())
+            .concurrency(2)
+            .backoff(Backoff::fixed(HOUR))
+            .spawn(|_job: Job<u64>| async move {
+                sleep(ms(200)).await;
+                Err::<(), _>("unique-failure-reason-7f3a")
+            });
+        sleep(ms(200)).await;
+        // The request carrying the failure reaches the store; its reply is lost.
+        proxy.cut_after_next_request(Some(b"unique-failure-reason-7f3a"));
+        direct.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
+        eventually("the failure is applied", || {
+            let direct = direct.clone();
+            async move {
+                let due = direct.deadline("a").await.unwrap();
+                due.is_some_and(|at| at > common::wait::wall() + Duration::from_secs(1800))
+            }
+        })
+        .await;
+        assert!(!proxy.armed(), "the cut did not fire");
+        sleep(ms(1000)).await;
+        let stats = worker.shutdown(ms(100)).await;
+        assert_eq!(
+            (stats.failed, stats.lost, stats.completed),
+            (1, 0, 0),
+            "{STORE}: one failed attempt, applied (retried an hour on), no lease lost: {stats:?}"
         );
     }
 }

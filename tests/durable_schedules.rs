@@ -855,310 +855,7 @@ common::stores::on_every_store! {
 
     // ------------------------------------------------------- three replicas
 
-    /// One replica (a child process): declares the schedules, runs a worker
-    /// whose handler logs each run's start and end to its own file in the
-    /// folder `LOG_DIR`, and stops when the file `stop` appears there. The
-    /// victim hangs in its first run (logged as `hang`).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn replica_child() {
-        let Some((role, _)) = child_role(STORE).filter(|(role, _)| role.starts_with("replica-")) else {
-            return; // only as a child
-        };
-        let dir = PathBuf::from(std::env::var(LOG_DIR).expect("a log folder"));
-        let q: Q<u64> = Q::builder("replicas")
-            .in_parents_store()
-            .lease(REPLICA_LEASE)
-            .poll_interval(ms(50))
-            .build()
-            .await
-            .unwrap();
-        for (i, name) in SCHEDULES.iter().enumerate() {
-            q.schedule_every(name, ms(200), MissedTicks::Burst, &(i as u64))
-                .await
-                .unwrap();
-        }
-        let log = Arc::new(dir.join(format!("{role}.log")));
-        let hung = Arc::new(AtomicBool::new(false));
-        let victim = role == "replica-victim";
-        let worker = Worker::builder(q)
-            .concurrency(4)
-            .spawn(move |job: Job<u64>| {
-                let (log, hung, role) = (Arc::clone(&log), Arc::clone(&hung), role.clone());
-                async move {
-                    let event = |kind: &str| {
-                        format!(
-                            "{kind},{},{},{},{role},{}",
-                            job.schedule().unwrap_or("-"),
-                            ms_of(job.deadline()),
-                            job.attempt(),
-                            ms_of(wall())
-                        )
-                    };
-                    append(&log, &event("start"));
-                    if victim && !hung.swap(true, Ordering::SeqCst) {
-                        append(&log, &event("hang"));
-                        std::future::pending::<()>().await;
-                    }
-                    sleep(ms(30)).await;
-                    append(&log, &event("end"));
-                    Ok::<(), String>(())
-                }
-            });
-        let stop = dir.join("stop");
-        let give_up = Instant::now() + WAIT;
-        while Instant::now() < give_up && !stop.exists() {
-            sleep(ms(50)).await;
-        }
-        let stats = worker.shutdown(Duration::from_secs(2)).await;
-        println!("stats {stats:?}");
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn three_replicas_run_each_tick_once_and_a_killed_ones_tick_comes_back_after_its_lease() {
-        let store = Store::start();
-        let dir = LogDir::new(STORE);
-        let spawn = |role: &str| {
-            child_command(module_path!(), "replica_child", role, &store)
-                .env(LOG_DIR, dir.path())
-                .spawn()
-                .unwrap()
-        };
-        let mut victim = spawn("replica-victim");
-        let mut others = [spawn("replica-a"), spawn("replica-b")];
-
-        // The victim's first run has started: it hangs there, holding its tick.
-        let give_up = Instant::now() + WAIT;
-        let hung = loop {
-            let events = dir.events();
-            if let Some(e) = events.iter().find(|e| e.kind == "hang") {
-                break e.clone();
-            }
-            if Instant::now() >= give_up {
-                victim.kill().unwrap();
-                let (_, out, err) = finish(&mut victim, WAIT);
-                panic!("the victim never ran: {events:?}\n{out}\n{err}");
-            }
-            sleep(ms(10)).await;
-        };
-        victim.kill().unwrap(); // SIGKILL
-        let killed_at = ms_of(wall());
-        let (_, out, err) = finish(&mut victim, WAIT);
-        assert_eq!(
-            (hung.replica.as_str(), hung.attempt),
-            ("replica-victim", 1),
-            "{out}\n{err}"
-        );
-
-        // Long enough for the lease to run out and the burst to catch up.
-        sleep(REPLICA_LEASE + Duration::from_secs(2)).await;
-        std::fs::write(dir.path().join("stop"), "").unwrap();
-        for child in &mut others {
-            let (status, out, err) = finish(child, WAIT);
-            assert!(status.success(), "{status}\n{out}\n{err}");
-            assert!(out.contains("stats"), "{out}\n{err}");
-        }
-        let events = dir.events();
-        let q = queue(&store, "replicas", REPLICA_LEASE, 10).await;
-        assert_eq!(q.schedules().await.unwrap().len(), SCHEDULES.len());
-
-        // Completed runs: an end, with its start.
-        let key = |e: &Event| (e.schedule.clone(), e.instant, e.attempt, e.replica.clone());
-        let starts: BTreeMap<_, u64> = events
-            .iter()
-            .filter(|e| e.kind == "start")
-            .map(|e| (key(e), e.at))
-            .collect();
-        let mut done: BTreeMap<(String, u64), (u64, u64, u32, String)> = BTreeMap::new();
-        for end in events.iter().filter(|e| e.kind == "end") {
-            let start = starts[&key(end)];
-            let twice = done.insert(
-                (end.schedule.clone(), end.instant),
-                (start, end.at, end.attempt, end.replica.clone()),
-            );
-            assert!(twice.is_none(), "{end:?} completed twice: {twice:?}");
-        }
-
-        for name in SCHEDULES {
-            let runs: Vec<(u64, (u64, u64, u32, String))> = done
-                .iter()
-                .filter(|((s, _), _)| s == name)
-                .map(|((_, instant), run)| (*instant, run.clone()))
-                .collect();
-            assert!(runs.len() >= 10, "{name}: {runs:?}");
-            // Every grid instant, from the first to the last, and past the kill.
-            for pair in runs.windows(2) {
-                assert_eq!(pair[1].0, pair[0].0 + 200, "{name}: an instant skipped");
-                // Runs of one schedule never overlap.
-                assert!(
-                    pair[1].1.0 >= pair[0].1.1,
-                    "{name}: {:?} started before {:?} ended",
-                    pair[1],
-                    pair[0]
-                );
-            }
-            assert!(
-                runs.last().unwrap().0 > killed_at,
-                "{name} went on after the kill"
-            );
-        }
-
-        // The hung tick came back, attempt 2, to another replica, once its lease
-        // (extended every third of it until the kill) ran out.
-        let (start, _, attempt, replica) = &done[&(hung.schedule.clone(), hung.instant)];
-        assert_eq!(*attempt, 2);
-        assert_ne!(replica, "replica-victim");
-        let back_after = start.saturating_sub(killed_at);
-        assert!(
-            *start >= killed_at + 500 && *start <= killed_at + 1500,
-            "back {back_after} ms after the kill, lease {REPLICA_LEASE:?}"
-        );
-        // Meanwhile its schedule ran nothing else.
-        assert!(
-            !events.iter().any(|e| e.kind == "start"
-                && e.schedule == hung.schedule
-                && e.at > hung.at
-                && e.at < *start
-                && e.instant != hung.instant),
-            "{} ran while its tick was held",
-            hung.schedule
-        );
-        // Only what the victim held ran twice: a tick delivered again had
-        // its first delivery nowhere but in the victim (which may have been
-        // killed between its claim and its handler's first log line), and
-        // came back only once that lease had run out.
-        for ((name, instant), run) in &done {
-            if run.2 != 1 {
-                let elsewhere_first = events.iter().any(|e| {
-                    e.kind == "start"
-                        && e.schedule == *name
-                        && e.instant == *instant
-                        && e.attempt == 1
-                        && e.replica != "replica-victim"
-                });
-                assert!(!elsewhere_first, "{name}@{instant}: {run:?}");
-                assert!(
-                    run.0 >= killed_at + 500,
-                    "{name}@{instant} delivered again {} ms after the kill, lease {REPLICA_LEASE:?}: {run:?}",
-                    run.0.saturating_sub(killed_at)
-                );
-            }
-        }
-    }
-
     // ------------------------------------------------------- a skewed client
-
-    /// The skewed client (a child process under libfaketime): prints its own
-    /// clock, declares schedules and acks three ticks of each, printing each
-    /// tick's instant beside the server's clock when it was taken.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn skewed_child() {
-        let Some((_, url)) = child_role(STORE).filter(|(role, _)| role == "skewed") else {
-            return; // only as a child
-        };
-        let mut con = Q::<u64>::connect_clock(&url).await;
-        let mut server_ms = async || -> u64 { Q::<u64>::server_ms(&mut con).await };
-        println!("clock {} server {}", ms_of(wall()), server_ms().await);
-        let q: Q<u64> = Q::builder("skewed")
-            .in_parents_store()
-            .poll_interval(ms(50))
-            .build()
-            .await
-            .unwrap();
-        let declared = server_ms().await;
-        q.schedule_every("every", ms(200), MissedTicks::Skip, &1)
-            .await
-            .unwrap();
-        #[cfg(feature = "cron")]
-        q.schedule_cron("cron", "* * * * * *", &2).await.unwrap();
-        for name in ["every", "cron"] {
-            if let Some(at) = q.deadline(name).await.unwrap() {
-                println!("first {name} {} declared {declared}", ms_of(at));
-            }
-        }
-        let cron_ticks = if cfg!(feature = "cron") { 2 } else { 0 };
-        let mut left = BTreeMap::from([("every", 3), ("cron", cron_ticks)]);
-        while left.values().any(|n| *n > 0) {
-            let d = q.take_timeout(WAIT).await.unwrap().expect("a tick");
-            println!(
-                "tick {} {} server {}",
-                d.id(),
-                ms_of(d.deadline()),
-                server_ms().await
-            );
-            *left.get_mut(d.id()).unwrap() -= 1;
-            assert!(d.ack().await.unwrap());
-        }
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn ticks_follow_the_servers_clock_not_a_skewed_clients() {
-        assert!(
-            std::path::Path::new(FAKETIME_LIB).exists(),
-            "{FAKETIME_LIB} not found: this test runs a client under libfaketime \
-             (Debian/Ubuntu: `apt-get install faketime`)"
-        );
-        let store = Store::start();
-        let mut child = child_command(module_path!(), "skewed_child", "skewed", &store)
-            // Only the client runs two hours behind; its monotonic clock (what
-            // Tokio's timers use) stays true.
-            .env("LD_PRELOAD", FAKETIME_LIB)
-            .env("FAKETIME", "-2h")
-            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-            .spawn()
-            .unwrap();
-        let (status, out, err) = finish(&mut child, WAIT + WAIT);
-        assert!(status.success(), "{status}\n{out}\n{err}");
-        // The harness prints `test skewed_child ... ` before the child's first line.
-        let lines: Vec<Vec<&str>> = out
-            .lines()
-            .map(|l| l.split_once("... ").map_or(l, |(_, rest)| rest))
-            .map(|l| l.split(' ').collect())
-            .collect();
-        let clock = lines.iter().find(|l| l[0] == "clock").expect(&out);
-        let (skewed, server_now): (u64, u64) = (clock[1].parse().unwrap(), clock[3].parse().unwrap());
-        let skew = server_now as i64 - skewed as i64;
-        assert!(
-            (skew - 7_200_000).abs() < 5_000,
-            "the child's clock is not two hours behind (libfaketime did not apply): {skew} ms"
-        );
-
-        let firsts: Vec<_> = lines.iter().filter(|l| l[0] == "first").collect();
-        assert_eq!(
-            firsts.len(),
-            if cfg!(feature = "cron") { 2 } else { 1 },
-            "{out}"
-        );
-        for first in firsts {
-            let (name, at, declared): (&str, u64, u64) = (
-                first[1],
-                first[2].parse().unwrap(),
-                first[4].parse().unwrap(),
-            );
-            let period = if name == "every" { 200 } else { 1000 };
-            assert_eq!(at % period, 0, "{name}: {at}");
-            assert!(
-                at > declared && at <= declared + period + 50,
-                "{name}: first tick {at}, declared at server time {declared}"
-            );
-        }
-        let mut ticks: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-        for tick in lines.iter().filter(|l| l[0] == "tick") {
-            let (name, at, server_at): (&str, u64, u64) =
-                (tick[1], tick[2].parse().unwrap(), tick[4].parse().unwrap());
-            assert!(
-                at <= server_at && server_at < at + 1000,
-                "{name}: tick {at} taken at server time {server_at}"
-            );
-            ticks.entry(name).or_default().push(at);
-        }
-        // Taken and acked on time (more come while the cron ticks are awaited).
-        let every = &ticks["every"];
-        assert!(every.len() >= 3, "{out}");
-        assert!(every.windows(2).all(|w| w[1] == w[0] + 200), "{every:?}");
-        #[cfg(feature = "cron")]
-        assert_eq!(ticks["cron"].len(), 2, "{out}");
-    }
-
 }
 
 // ------------------------------------------------- replicas' logs, clocks
@@ -1288,5 +985,315 @@ impl ServerClock for punctual::postgres::PgQueue<u64> {
         .await
         .unwrap();
         now as u64
+    }
+}
+
+common::stores::on_durable_stores! {
+    /// One replica (a child process): declares the schedules, runs a worker
+    /// whose handler logs each run's start and end to its own file in the
+    /// folder `LOG_DIR`, and stops when the file `stop` appears there. The
+    /// victim hangs in its first run (logged as `hang`).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn replica_child() {
+        let Some((role, _)) = child_role(STORE).filter(|(role, _)| role.starts_with("replica-")) else {
+            return; // only as a child
+        };
+        let dir = PathBuf::from(std::env::var(LOG_DIR).expect("a log folder"));
+        let q: Q<u64> = Q::builder("replicas")
+            .in_parents_store()
+            .lease(REPLICA_LEASE)
+            .poll_interval(ms(50))
+            .build()
+            .await
+            .unwrap();
+        for (i, name) in SCHEDULES.iter().enumerate() {
+            q.schedule_every(name, ms(200), MissedTicks::Burst, &(i as u64))
+                .await
+                .unwrap();
+        }
+        let log = Arc::new(dir.join(format!("{role}.log")));
+        let hung = Arc::new(AtomicBool::new(false));
+        let victim = role == "replica-victim";
+        let worker = Worker::builder(q)
+            .concurrency(4)
+            .spawn(move |job: Job<u64>| {
+                let (log, hung, role) = (Arc::clone(&log), Arc::clone(&hung), role.clone());
+                async move {
+                    let event = |kind: &str| {
+                        format!(
+                            "{kind},{},{},{},{role},{}",
+                            job.schedule().unwrap_or("-"),
+                            ms_of(job.deadline()),
+                            job.attempt(),
+                            ms_of(wall())
+                        )
+                    };
+                    append(&log, &event("start"));
+                    if victim && !hung.swap(true, Ordering::SeqCst) {
+                        append(&log, &event("hang"));
+                        std::future::pending::<()>().await;
+                    }
+                    sleep(ms(30)).await;
+                    append(&log, &event("end"));
+                    Ok::<(), String>(())
+                }
+            });
+        let stop = dir.join("stop");
+        let give_up = Instant::now() + WAIT;
+        while Instant::now() < give_up && !stop.exists() {
+            sleep(ms(50)).await;
+        }
+        let stats = worker.shutdown(Duration::from_secs(2)).await;
+        println!("stats {stats:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn three_replicas_run_each_tick_once_and_a_killed_ones_tick_comes_back_after_its_lease() {
+        let store = Store::start();
+        let dir = LogDir::new(STORE);
+        let spawn = |role: &str| {
+            child_command(module_path!(), "replica_child", role, &store)
+                .env(LOG_DIR, dir.path())
+                .spawn()
+                .unwrap()
+        };
+        let mut victim = spawn("replica-victim");
+        let mut others = [spawn("replica-a"), spawn("replica-b")];
+
+        // The victim's first run has started: it hangs there, holding its tick.
+        let give_up = Instant::now() + WAIT;
+        let hung = loop {
+            let events = dir.events();
+            if let Some(e) = events.iter().find(|e| e.kind == "hang") {
+                break e.clone();
+            }
+            if Instant::now() >= give_up {
+                victim.kill().unwrap();
+                let (_, out, err) = finish(&mut victim, WAIT);
+                panic!("the victim never ran: {events:?}\n{out}\n{err}");
+            }
+            sleep(ms(10)).await;
+        };
+        victim.kill().unwrap(); // SIGKILL
+        let killed_at = ms_of(wall());
+        let (_, out, err) = finish(&mut victim, WAIT);
+        assert_eq!(
+            (hung.replica.as_str(), hung.attempt),
+            ("replica-victim", 1),
+            "{out}\n{err}"
+        );
+
+        // Long enough for the lease to run out and the burst to catch up.
+        sleep(REPLICA_LEASE + Duration::from_secs(2)).await;
+        std::fs::write(dir.path().join("stop"), "").unwrap();
+        for child in &mut others {
+            let (status, out, err) = finish(child, WAIT);
+            assert!(status.success(), "{status}\n{out}\n{err}");
+            assert!(out.contains("stats"), "{out}\n{err}");
+        }
+        let events = dir.events();
+        let q: Q<u64> = store
+            .builder("replicas")
+            .lease(REPLICA_LEASE)
+            .poll_interval(ms(50))
+            .build()
+            .await
+            .expect("connect");
+        assert_eq!(q.schedules().await.unwrap().len(), SCHEDULES.len());
+
+        // Completed runs: an end, with its start.
+        let key = |e: &Event| (e.schedule.clone(), e.instant, e.attempt, e.replica.clone());
+        let starts: BTreeMap<_, u64> = events
+            .iter()
+            .filter(|e| e.kind == "start")
+            .map(|e| (key(e), e.at))
+            .collect();
+        let mut done: BTreeMap<(String, u64), (u64, u64, u32, String)> = BTreeMap::new();
+        for end in events.iter().filter(|e| e.kind == "end") {
+            let start = starts[&key(end)];
+            let twice = done.insert(
+                (end.schedule.clone(), end.instant),
+                (start, end.at, end.attempt, end.replica.clone()),
+            );
+            assert!(twice.is_none(), "{end:?} completed twice: {twice:?}");
+        }
+
+        for name in SCHEDULES {
+            let runs: Vec<(u64, (u64, u64, u32, String))> = done
+                .iter()
+                .filter(|((s, _), _)| s == name)
+                .map(|((_, instant), run)| (*instant, run.clone()))
+                .collect();
+            assert!(runs.len() >= 10, "{name}: {runs:?}");
+            // Every grid instant, from the first to the last, and past the kill.
+            for pair in runs.windows(2) {
+                assert_eq!(pair[1].0, pair[0].0 + 200, "{name}: an instant skipped");
+                // Runs of one schedule never overlap.
+                assert!(
+                    pair[1].1.0 >= pair[0].1.1,
+                    "{name}: {:?} started before {:?} ended",
+                    pair[1],
+                    pair[0]
+                );
+            }
+            assert!(
+                runs.last().unwrap().0 > killed_at,
+                "{name} went on after the kill"
+            );
+        }
+
+        // The hung tick came back, attempt 2, to another replica, once its lease
+        // (extended every third of it until the kill) ran out.
+        let (start, _, attempt, replica) = &done[&(hung.schedule.clone(), hung.instant)];
+        assert_eq!(*attempt, 2);
+        assert_ne!(replica, "replica-victim");
+        let back_after = start.saturating_sub(killed_at);
+        assert!(
+            *start >= killed_at + 500 && *start <= killed_at + 1500,
+            "back {back_after} ms after the kill, lease {REPLICA_LEASE:?}"
+        );
+        // Meanwhile its schedule ran nothing else.
+        assert!(
+            !events.iter().any(|e| e.kind == "start"
+                && e.schedule == hung.schedule
+                && e.at > hung.at
+                && e.at < *start
+                && e.instant != hung.instant),
+            "{} ran while its tick was held",
+            hung.schedule
+        );
+        // Only what the victim held ran twice: a tick delivered again had
+        // its first delivery nowhere but in the victim (which may have been
+        // killed between its claim and its handler's first log line), and
+        // came back only once that lease had run out.
+        for ((name, instant), run) in &done {
+            if run.2 != 1 {
+                let elsewhere_first = events.iter().any(|e| {
+                    e.kind == "start"
+                        && e.schedule == *name
+                        && e.instant == *instant
+                        && e.attempt == 1
+                        && e.replica != "replica-victim"
+                });
+                assert!(!elsewhere_first, "{name}@{instant}: {run:?}");
+                assert!(
+                    run.0 >= killed_at + 500,
+                    "{name}@{instant} delivered again {} ms after the kill, lease {REPLICA_LEASE:?}: {run:?}",
+                    run.0.saturating_sub(killed_at)
+                );
+            }
+        }
+    }
+
+    /// The skewed client (a child process under libfaketime): prints its own
+    /// clock, declares schedules and acks three ticks of each, printing each
+    /// tick's instant beside the server's clock when it was taken.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn skewed_child() {
+        let Some((_, url)) = child_role(STORE).filter(|(role, _)| role == "skewed") else {
+            return; // only as a child
+        };
+        let mut con = Q::<u64>::connect_clock(&url).await;
+        let mut server_ms = async || -> u64 { Q::<u64>::server_ms(&mut con).await };
+        println!("clock {} server {}", ms_of(wall()), server_ms().await);
+        let q: Q<u64> = Q::builder("skewed")
+            .in_parents_store()
+            .poll_interval(ms(50))
+            .build()
+            .await
+            .unwrap();
+        let declared = server_ms().await;
+        q.schedule_every("every", ms(200), MissedTicks::Skip, &1)
+            .await
+            .unwrap();
+        #[cfg(feature = "cron")]
+        q.schedule_cron("cron", "* * * * * *", &2).await.unwrap();
+        for name in ["every", "cron"] {
+            if let Some(at) = q.deadline(name).await.unwrap() {
+                println!("first {name} {} declared {declared}", ms_of(at));
+            }
+        }
+        let cron_ticks = if cfg!(feature = "cron") { 2 } else { 0 };
+        let mut left = BTreeMap::from([("every", 3), ("cron", cron_ticks)]);
+        while left.values().any(|n| *n > 0) {
+            let d = q.take_timeout(WAIT).await.unwrap().expect("a tick");
+            println!(
+                "tick {} {} server {}",
+                d.id(),
+                ms_of(d.deadline()),
+                server_ms().await
+            );
+            *left.get_mut(d.id()).unwrap() -= 1;
+            assert!(d.ack().await.unwrap());
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ticks_follow_the_servers_clock_not_a_skewed_clients() {
+        assert!(
+            std::path::Path::new(FAKETIME_LIB).exists(),
+            "{FAKETIME_LIB} not found: this test runs a client under libfaketime \
+             (Debian/Ubuntu: `apt-get install faketime`)"
+        );
+        let store = Store::start();
+        let mut child = child_command(module_path!(), "skewed_child", "skewed", &store)
+            // Only the client runs two hours behind; its monotonic clock (what
+            // Tokio's timers use) stays true.
+            .env("LD_PRELOAD", FAKETIME_LIB)
+            .env("FAKETIME", "-2h")
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+            .spawn()
+            .unwrap();
+        let (status, out, err) = finish(&mut child, WAIT + WAIT);
+        assert!(status.success(), "{status}\n{out}\n{err}");
+        // The harness prints `test skewed_child ... ` before the child's first line.
+        let lines: Vec<Vec<&str>> = out
+            .lines()
+            .map(|l| l.split_once("... ").map_or(l, |(_, rest)| rest))
+            .map(|l| l.split(' ').collect())
+            .collect();
+        let clock = lines.iter().find(|l| l[0] == "clock").expect(&out);
+        let (skewed, server_now): (u64, u64) = (clock[1].parse().unwrap(), clock[3].parse().unwrap());
+        let skew = server_now as i64 - skewed as i64;
+        assert!(
+            (skew - 7_200_000).abs() < 5_000,
+            "the child's clock is not two hours behind (libfaketime did not apply): {skew} ms"
+        );
+
+        let firsts: Vec<_> = lines.iter().filter(|l| l[0] == "first").collect();
+        assert_eq!(
+            firsts.len(),
+            if cfg!(feature = "cron") { 2 } else { 1 },
+            "{out}"
+        );
+        for first in firsts {
+            let (name, at, declared): (&str, u64, u64) = (
+                first[1],
+                first[2].parse().unwrap(),
+                first[4].parse().unwrap(),
+            );
+            let period = if name == "every" { 200 } else { 1000 };
+            assert_eq!(at % period, 0, "{name}: {at}");
+            assert!(
+                at > declared && at <= declared + period + 50,
+                "{name}: first tick {at}, declared at server time {declared}"
+            );
+        }
+        let mut ticks: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+        for tick in lines.iter().filter(|l| l[0] == "tick") {
+            let (name, at, server_at): (&str, u64, u64) =
+                (tick[1], tick[2].parse().unwrap(), tick[4].parse().unwrap());
+            assert!(
+                at <= server_at && server_at < at + 1000,
+                "{name}: tick {at} taken at server time {server_at}"
+            );
+            ticks.entry(name).or_default().push(at);
+        }
+        // Taken and acked on time (more come while the cron ticks are awaited).
+        let every = &ticks["every"];
+        assert!(every.len() >= 3, "{out}");
+        assert!(every.windows(2).all(|w| w[1] == w[0] + 200), "{every:?}");
+        #[cfg(feature = "cron")]
+        assert_eq!(ticks["cron"].len(), 2, "{out}");
     }
 }

@@ -364,7 +364,9 @@ common::stores::on_every_store! {
         let q: Q<u64> = rt.block_on(queue(&store, "zero", HOUR, 1));
         let _ = Worker::builder(q).concurrency(0);
     }
+}
 
+common::stores::on_durable_stores! {
     /// The child side of the SIGKILL test: a worker whose handler announces
     /// the run on stdout and never ends.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -390,7 +392,13 @@ common::stores::on_every_store! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_worker_killed_mid_handler_leaves_the_entry_to_come_back_after_its_lease() {
         let store = Store::start();
-        let q = queue(&store, "killed", ms(800), 10).await;
+        let q: Q<u64> = store
+            .builder("killed")
+            .lease(ms(800))
+            .poll_interval(ms(50))
+            .build()
+            .await
+            .expect("connect");
         q.insert_with_id("a", &1, Duration::ZERO).await.unwrap();
         let mut child = child_command(module_path!(), "killed_worker_child", "worker", &store)
             .spawn()

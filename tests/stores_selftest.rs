@@ -1,7 +1,5 @@
 //! The store-neutral harness runs one body on every store.
 
-#![cfg(any(feature = "redis", feature = "postgres"))]
-
 mod common;
 
 use std::time::Duration;

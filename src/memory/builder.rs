@@ -2,11 +2,13 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::clock::Clock;
 use super::inner::Inner;
 use super::queue::MemoryQueue;
 
@@ -17,6 +19,8 @@ pub struct MemoryQueueBuilder<T> {
     lease: Duration,
     max_attempts: u32,
     start_at: Option<SystemTime>,
+    /// The queue to join, instead of making one.
+    join: Option<Arc<Inner>>,
     _values: PhantomData<fn() -> T>,
 }
 
@@ -27,6 +31,7 @@ impl<T> fmt::Debug for MemoryQueueBuilder<T> {
             .field("lease", &self.lease)
             .field("max_attempts", &self.max_attempts)
             .field("start_at", &self.start_at)
+            .field("joins", &self.join.is_some())
             .finish()
     }
 }
@@ -38,6 +43,7 @@ impl<T> MemoryQueueBuilder<T> {
             lease: Duration::from_secs(30),
             max_attempts: 10,
             start_at: None,
+            join: None,
             _values: PhantomData,
         }
     }
@@ -90,6 +96,36 @@ impl<T> MemoryQueueBuilder<T> {
         self.start_at = Some(at);
         self
     }
+
+    /// Builds a handle to `queue`'s queue (its entries, schedules, waiting
+    /// consumers and clock; `start_at` is then ignored) rather than a new
+    /// queue, with this builder's `lease` and `max_attempts` for the calls
+    /// made through it, as on the other stores two replicas with different
+    /// settings share one queue. Its value type may differ too (see
+    /// [`MemoryQueue::typed`]).
+    ///
+    /// # Panics
+    ///
+    /// [`build`](Self::build) panics if this builder's name is not `queue`'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::memory::MemoryQueue;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), punctual::memory::Error> {
+    /// let patient: MemoryQueue<u64> = MemoryQueue::new("jobs");
+    /// let strict: MemoryQueue<u64> = MemoryQueue::builder("jobs").max_attempts(1).join(&patient).build();
+    /// patient.insert(&1, Duration::ZERO).await?;
+    /// assert_eq!(strict.stats().await?.due, 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn join<U>(mut self, queue: &MemoryQueue<U>) -> Self {
+        self.join = Some(Arc::clone(queue.inner()));
+        self
+    }
 }
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueueBuilder<T> {
@@ -106,13 +142,24 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueueBuilder
         if let Some(why) = crate::durable::rules::name_problem(&self.name) {
             panic!("MemoryQueue: invalid queue name: {why}");
         }
+        if let Some(inner) = self.join {
+            assert!(
+                inner.name == self.name,
+                "MemoryQueueBuilder::join: the builder's name `{}` is not the joined queue's `{}`",
+                self.name,
+                inner.name
+            );
+            return MemoryQueue::from_parts(inner, self.lease, self.max_attempts);
+        }
         if tokio::runtime::Handle::try_current().is_err() {
             panic!("MemoryQueueBuilder::build must be called inside a Tokio runtime");
         }
         // The one reading of the system's clock: the queue's clock starts
         // there and moves with Tokio's (paused time included).
+        let start = tokio::time::Instant::now();
         #[allow(clippy::disallowed_methods)]
-        let start = self.start_at.unwrap_or_else(SystemTime::now);
-        MemoryQueue::from_inner(Inner::new(self.name, self.lease, self.max_attempts, start))
+        let at = self.start_at.unwrap_or_else(SystemTime::now);
+        let inner = Arc::new(Inner::new(self.name, Clock::new(start, at)));
+        MemoryQueue::from_parts(inner, self.lease, self.max_attempts)
     }
 }

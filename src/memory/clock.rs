@@ -11,29 +11,36 @@ use crate::durable::ops::MAX_MS;
 #[derive(Debug)]
 pub(crate) struct Clock {
     start: Instant,
-    /// The clock's reading at `start`, in ms since the Unix epoch.
-    start_ms: u64,
+    /// The clock's reading at `start`, since the Unix epoch (to the
+    /// nanosecond: dropping the fraction would leave this clock up to a
+    /// millisecond behind the system's, which it must match when the queue
+    /// is built without `start_at`).
+    start_at: Duration,
 }
 
 impl Clock {
-    pub(crate) fn new(at: SystemTime) -> Clock {
+    /// A clock that reads `at` now; `at` is read after this (`start` is
+    /// taken first, so the clock is never behind the system's).
+    pub(crate) fn new(start: Instant, at: SystemTime) -> Clock {
         Clock {
-            start: Instant::now(),
-            start_ms: ms_of(at),
+            start,
+            start_at: at.duration_since(UNIX_EPOCH).unwrap_or_default(),
         }
     }
 
     /// The clock now, in ms since the Unix epoch.
     pub(crate) fn now_ms(&self) -> u64 {
         let elapsed = Instant::now().saturating_duration_since(self.start);
-        let elapsed = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
-        self.start_ms.saturating_add(elapsed).min(MAX_MS)
+        let now = self.start_at.saturating_add(elapsed);
+        u64::try_from(now.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(MAX_MS)
     }
 
     /// When, on Tokio's clock, this clock reads `ms` (now, if it has).
     pub(crate) fn instant_at(&self, ms: u64) -> Instant {
-        let ahead = ms.saturating_sub(self.start_ms);
-        crate::queue::deadline_after(self.start, Duration::from_millis(ahead))
+        let ahead = Duration::from_millis(ms).saturating_sub(self.start_at);
+        crate::queue::deadline_after(self.start, ahead)
     }
 }
 

@@ -19,6 +19,8 @@ use crate::durable::store::Applied;
 /// runs out, then is delivered again with `attempt + 1`.
 pub struct Delivery<T> {
     queue: Arc<Inner>,
+    /// The taking handle's `max_attempts`.
+    limit: u32,
     held: Held,
     attempt: u32,
     value: T,
@@ -41,6 +43,7 @@ impl<T: fmt::Debug> fmt::Debug for Delivery<T> {
 impl<T> Delivery<T> {
     pub(crate) fn new(
         queue: Arc<Inner>,
+        limit: u32,
         held: Held,
         attempt: u32,
         value: T,
@@ -49,6 +52,7 @@ impl<T> Delivery<T> {
     ) -> Self {
         Delivery {
             queue,
+            limit,
             held,
             attempt,
             value,
@@ -116,7 +120,7 @@ impl<T> Delivery<T> {
     }
 
     fn finish(&self, op: &Op) -> bool {
-        let done = self.queue.finish(std::slice::from_ref(op));
+        let done = self.queue.finish(std::slice::from_ref(op), self.limit);
         done.first()
             .is_some_and(|applied| *applied != Applied::Lost)
     }

@@ -29,7 +29,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for MemoryQ
     }
 
     fn lease_duration(&self) -> Duration {
-        self.inner().lease
+        self.lease
     }
 
     fn poll_interval(&self) -> Duration {
@@ -65,7 +65,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for MemoryQ
         finished: &[Finish<Held>],
     ) -> Result<Batch<T, Held>, Error> {
         let ops: Vec<Op> = finished.iter().map(Op::of).collect();
-        let (claim, token) = self.inner().claim(max, &ops);
+        let (claim, token) = self.inner().claim(max, self.lease, self.max_attempts, &ops);
         let mut taken = Vec::with_capacity(claim.items.len());
         let mut refused = Vec::new();
         for item in claim.items {
@@ -92,7 +92,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for MemoryQ
             }
         }
         if !refused.is_empty() {
-            self.inner().finish(&refused);
+            self.inner().finish(&refused, self.max_attempts);
         }
         Ok(Batch {
             done: claim.done,
@@ -105,7 +105,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for MemoryQ
 
     async fn finish(&self, finished: &[Finish<Held>]) -> Result<Vec<Applied>, Error> {
         let ops: Vec<Op> = finished.iter().map(Op::of).collect();
-        Ok(self.inner().finish(&ops))
+        Ok(self.inner().finish(&ops, self.max_attempts))
     }
 
     async fn extend(&self, leases: &[Held], lease: Duration) -> Result<Vec<bool>, Error> {

@@ -7,7 +7,7 @@
 //! handle's `Waiter`) after letting go of the lock.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -26,8 +26,6 @@ pub(crate) const NAP: Duration = Duration::from_secs(3600);
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) name: String,
-    pub(crate) lease: Duration,
-    pub(crate) max_attempts: u32,
     pub(crate) clock: Clock,
     state: Mutex<State>,
     pub(crate) waiter: Waiter,
@@ -45,17 +43,10 @@ pub(crate) struct Claim {
 }
 
 impl Inner {
-    pub(crate) fn new(
-        name: String,
-        lease: Duration,
-        max_attempts: u32,
-        start: SystemTime,
-    ) -> Inner {
+    pub(crate) fn new(name: String, clock: Clock) -> Inner {
         Inner {
             name,
-            lease,
-            max_attempts,
-            clock: Clock::new(start),
+            clock,
             state: Mutex::new(State::default()),
             waiter: Waiter::default(),
         }
@@ -79,11 +70,18 @@ impl Inner {
         look(&self.state.lock(), now)
     }
 
-    /// Applies `ops`, then leases up to `max` due entries to a new token.
-    pub(crate) fn claim(&self, max: usize, ops: &[Op]) -> (Claim, Arc<str>) {
+    /// Applies `ops`, then leases up to `max` due entries to a new token
+    /// for `lease`; `limit`: deliveries before death (0: none), the
+    /// claiming handle's.
+    pub(crate) fn claim(
+        &self,
+        max: usize,
+        lease: Duration,
+        limit: u32,
+        ops: &[Op],
+    ) -> (Claim, Arc<str>) {
         let token = crate::durable::store::new_token();
-        let lease = millis(self.lease).max(1);
-        let limit = self.max_attempts;
+        let lease = millis(lease).max(1);
         let kicks = *self.waiter.kicks().borrow();
         let claim = self.write(|state, now, moved| {
             let done = ops
@@ -107,9 +105,8 @@ impl Inner {
         (claim, token)
     }
 
-    /// Applies `ops` without claiming.
-    pub(crate) fn finish(&self, ops: &[Op]) -> Vec<Applied> {
-        let limit = self.max_attempts;
+    /// Applies `ops` without claiming; `limit` as for `claim`.
+    pub(crate) fn finish(&self, ops: &[Op], limit: u32) -> Vec<Applied> {
         self.write(|state, now, moved| {
             ops.iter()
                 .map(|op| apply(state, op, now, limit, moved))

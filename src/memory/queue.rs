@@ -29,15 +29,16 @@ use crate::queue::deadline_after;
 /// Cloning gives another handle to the same queue.
 pub struct MemoryQueue<T> {
     inner: Arc<Inner>,
+    /// This handle's settings (a handle that joined another's queue keeps
+    /// its own, as a replica does on the other stores).
+    pub(crate) lease: Duration,
+    pub(crate) max_attempts: u32,
     _values: PhantomData<fn() -> T>,
 }
 
 impl<T> Clone for MemoryQueue<T> {
     fn clone(&self) -> Self {
-        MemoryQueue {
-            inner: Arc::clone(&self.inner),
-            _values: PhantomData,
-        }
+        self.typed()
     }
 }
 
@@ -45,8 +46,8 @@ impl<T> fmt::Debug for MemoryQueue<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryQueue")
             .field("name", &self.inner.name)
-            .field("lease", &self.inner.lease)
-            .field("max_attempts", &self.inner.max_attempts)
+            .field("lease", &self.lease)
+            .field("max_attempts", &self.max_attempts)
             .finish_non_exhaustive()
     }
 }
@@ -56,9 +57,11 @@ impl<T> MemoryQueue<T> {
         &self.inner
     }
 
-    pub(crate) fn from_inner(inner: Inner) -> Self {
+    pub(crate) fn from_parts(inner: Arc<Inner>, lease: Duration, max_attempts: u32) -> Self {
         MemoryQueue {
-            inner: Arc::new(inner),
+            inner,
+            lease,
+            max_attempts,
             _values: PhantomData,
         }
     }
@@ -87,10 +90,7 @@ impl<T> MemoryQueue<T> {
     /// # Ok(()) }
     /// ```
     pub fn typed<U>(&self) -> MemoryQueue<U> {
-        MemoryQueue {
-            inner: Arc::clone(&self.inner),
-            _values: PhantomData,
-        }
+        MemoryQueue::from_parts(Arc::clone(&self.inner), self.lease, self.max_attempts)
     }
 }
 
@@ -544,6 +544,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
     fn delivery(&self, taken: Taken<T, Held>) -> Delivery<T> {
         Delivery::new(
             Arc::clone(&self.inner),
+            self.max_attempts,
             taken.lease,
             taken.attempt,
             taken.value,

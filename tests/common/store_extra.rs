@@ -75,6 +75,57 @@ pub trait Backdoor {
     fn corrupt(&self, name: &str, id: &str, raw: &str);
 }
 
+/// Memory: what the queue's API shows of it (counts by state, schedules,
+/// dead letters); no raw bytes to corrupt.
+impl Backdoor for crate::common::stores::memory::Store {
+    fn footprint(&self, name: &str) -> Vec<String> {
+        let queue = self.queues.lock().unwrap().get(name).cloned();
+        let Some(queue) = queue else {
+            return Vec::new();
+        };
+        use futures::FutureExt;
+        // Memory calls are ready at their first poll.
+        let now =
+            |call: std::pin::Pin<&mut dyn Future<Output = _>>| call.now_or_never().expect("ready");
+        let stats = now(std::pin::pin!(queue.stats())).unwrap();
+        let mut out: Vec<String> = [
+            ("pending", stats.pending),
+            ("due", stats.due),
+            ("leased", stats.leased),
+            ("dead", stats.dead),
+        ]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(state, n)| format!("{name} {state} {n}"))
+        .collect();
+        let schedules = std::pin::pin!(queue.schedules())
+            .now_or_never()
+            .expect("ready");
+        for schedule in schedules.unwrap() {
+            out.push(format!(
+                "{name} schedule {} {}",
+                schedule.name, schedule.spec
+            ));
+        }
+        out.sort();
+        out
+    }
+
+    fn footprint_all(&self) -> Vec<String> {
+        let names: Vec<String> = self.queues.lock().unwrap().keys().cloned().collect();
+        let mut out: Vec<String> = names.iter().flat_map(|name| self.footprint(name)).collect();
+        out.sort();
+        out
+    }
+
+    // One line per state.
+    const FOUR_STATES: usize = 4;
+
+    fn corrupt(&self, _name: &str, _id: &str, _raw: &str) {
+        unreachable!("the memory store keeps no raw bytes: a test that corrupts is durable-only");
+    }
+}
+
 #[cfg(feature = "redis")]
 impl Backdoor for crate::common::stores::redis::Store {
     fn footprint(&self, name: &str) -> Vec<String> {

@@ -29,6 +29,12 @@ pub const POLL: Duration = Duration::from_millis(50);
 #[allow(unused_macros)]
 macro_rules! on_every_store {
     ($($item:item)*) => {
+        mod memory_store {
+            #![allow(unused_imports)]
+            use super::*;
+            use crate::common::stores::memory::*;
+            $($item)*
+        }
         #[cfg(feature = "redis")]
         mod redis_store {
             #![allow(unused_imports)]
@@ -46,6 +52,125 @@ macro_rules! on_every_store {
     };
 }
 pub(crate) use on_every_store;
+
+/// As [`on_every_store!`], on the stores across a network only (Redis,
+/// PostgreSQL), in modules `on_redis` and `on_postgres`: for what the
+/// memory store cannot have (a server to restart or cut off, a process
+/// killed holding a lease, raw stored bytes).
+#[allow(unused_macros)]
+macro_rules! on_durable_stores {
+    ($($item:item)*) => {
+        #[cfg(feature = "redis")]
+        mod on_redis {
+            #![allow(unused_imports)]
+            use super::*;
+            use crate::common::stores::redis::*;
+            $($item)*
+        }
+        #[cfg(feature = "postgres")]
+        mod on_postgres {
+            #![allow(unused_imports)]
+            use super::*;
+            use crate::common::stores::pg::*;
+            $($item)*
+        }
+    };
+}
+pub(crate) use on_durable_stores;
+
+/// The memory store: queues of one `Store` are found by name, as on a
+/// server (a second `open` of a name joins the first one's queue, with its
+/// own settings).
+pub mod memory {
+    use super::LEASE;
+    use serde::Serialize;
+    use serde::de::DeserializeOwned;
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    pub use punctual::memory::{
+        DeadLetter, Delivery, Error, MemoryQueue as Q, MemoryStats as Stats,
+    };
+
+    /// The store's name, for messages.
+    pub const STORE: &str = "memory";
+
+    type Registry = Arc<Mutex<HashMap<String, Q<serde_json::Value>>>>;
+
+    /// The queues of one test, by name.
+    #[derive(Default)]
+    pub struct Store {
+        pub queues: Registry,
+    }
+
+    /// A memory queue's builder that joins the queue of its name, if the
+    /// store has one.
+    pub struct Builder<T> {
+        queues: Registry,
+        name: String,
+        inner: punctual::memory::MemoryQueueBuilder<T>,
+    }
+
+    impl<T> Builder<T>
+    where
+        T: Serialize + DeserializeOwned + Send + Sync + 'static,
+    {
+        pub fn lease(mut self, lease: Duration) -> Self {
+            self.inner = self.inner.lease(lease);
+            self
+        }
+
+        pub fn max_attempts(mut self, n: u32) -> Self {
+            self.inner = self.inner.max_attempts(n);
+            self
+        }
+
+        /// (No polling in memory: every change wakes the consumers.)
+        pub fn poll_interval(self, _every: Duration) -> Self {
+            self
+        }
+
+        pub async fn build(self) -> Result<Q<T>, Error> {
+            let mut queues = self.queues.lock().unwrap();
+            let queue = match queues.get(&self.name) {
+                Some(first) => self.inner.join(first).build(),
+                None => {
+                    let queue = self.inner.build();
+                    queues.insert(self.name, queue.typed());
+                    queue
+                }
+            };
+            Ok(queue)
+        }
+    }
+
+    impl Store {
+        pub fn start() -> Store {
+            Store::default()
+        }
+
+        /// A builder for queue `name`, with `LEASE`.
+        pub fn builder<T>(&self, name: &str) -> Builder<T>
+        where
+            T: Serialize + DeserializeOwned + Send + Sync + 'static,
+        {
+            Builder {
+                queues: Arc::clone(&self.queues),
+                name: name.to_owned(),
+                inner: Q::builder(name).lease(LEASE),
+            }
+        }
+
+        /// Queue `name`, as `builder` configures it.
+        pub async fn open<T>(&self, name: &str) -> Q<T>
+        where
+            T: Serialize + DeserializeOwned + Send + Sync + 'static,
+        {
+            self.builder(name).build().await.expect("open")
+        }
+    }
+}
 
 #[cfg(feature = "redis")]
 pub mod redis {
