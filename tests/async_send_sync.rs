@@ -174,6 +174,58 @@ fn postgres_types_are_send_and_sync() {
     let _ = futures_are_send;
 }
 
+#[test]
+fn memory_and_store_neutral_types_are_send_and_sync() {
+    use punctual::durable::{DeadLetter, Durable, Outcome, QueueStats, Worker, WorkerBuilder};
+    use punctual::memory::{Delivery, Error, MemoryQueue, MemoryQueueBuilder, MemoryStats};
+    fn types_send_sync<T: Send + Sync>() {}
+    types_send_sync::<MemoryQueue<String>>();
+    types_send_sync::<MemoryQueueBuilder<String>>();
+    types_send_sync::<Delivery<String>>();
+    types_send_sync::<DeadLetter<String>>();
+    types_send_sync::<MemoryStats>();
+    types_send_sync::<QueueStats>();
+    types_send_sync::<Error>();
+    types_send_sync::<Outcome>();
+    types_send_sync::<WorkerBuilder<MemoryQueue<String>>>();
+    is_debug::<MemoryQueue<Rc<()>>>();
+    is_debug::<MemoryQueueBuilder<Rc<()>>>();
+    is_debug::<Delivery<String>>();
+    is_debug::<DeadLetter<String>>();
+    is_debug::<Error>();
+    is_debug::<Outcome>();
+    is_debug::<QueueStats>();
+
+    async fn futures_are_send(q: MemoryQueue<String>) {
+        send(&q.insert(&String::new(), std::time::Duration::ZERO));
+        send(&q.take());
+        send(&q.take_timeout(std::time::Duration::ZERO));
+        send(&q.try_take());
+        send(&q.take_many(2));
+        send(&q.stream());
+        send(&q.stats());
+        send(&q.insert_many(&[]));
+        send(&q.schedules());
+        let delivery = q.take().await.unwrap();
+        send(&delivery.ack());
+        let _ = Worker::builder(q);
+    }
+    /// Every method of the store-neutral trait returns a `Send` future.
+    async fn durable_futures_are_send<Q: Durable<Item = String>>(q: Q) {
+        let v = String::new();
+        let d = std::time::Duration::ZERO;
+        send(&q.now());
+        send(&q.insert(&v, d));
+        send(&q.insert_with_id("a", &v, d));
+        send(&q.remove("a"));
+        send(&q.stats());
+        send(&q.schedules());
+        send(&q.requeue_dead("a", d));
+    }
+    let _ = futures_are_send;
+    let _ = durable_futures_are_send::<MemoryQueue<String>>;
+}
+
 fn unwind_safe<T: std::panic::UnwindSafe + std::panic::RefUnwindSafe>(_: &T) {}
 
 /// A queue and a scheduler can be used across `catch_unwind`, as with the
