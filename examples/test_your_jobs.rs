@@ -79,7 +79,11 @@ async fn main() -> Result<(), punctual::memory::Error> {
         let log = Arc::clone(&log);
         move |job| std::future::ready(handle(&log, job))
     });
-    for to in ["alice@example.com", "nobody@example.com", "busy@example.com"] {
+    for to in [
+        "alice@example.com",
+        "nobody@example.com",
+        "busy@example.com",
+    ] {
         let email = Task::Email { to: to.to_owned() };
         jobs.insert(&email, Duration::from_secs(60)).await?;
     }
@@ -88,6 +92,7 @@ async fn main() -> Result<(), punctual::memory::Error> {
     tokio::time::sleep(Duration::from_secs(3 * 86_400)).await;
     let stats = worker.shutdown(Duration::from_secs(1)).await;
 
+    let dead = jobs.dead_letters(10).await?;
     let log = log.lock().unwrap();
     let hours: Vec<u64> = log
         .reports
@@ -108,7 +113,6 @@ async fn main() -> Result<(), punctual::memory::Error> {
             ("busy@example.com".to_owned(), 2),
         ]
     );
-    let dead = jobs.dead_letters(10).await?;
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].reason, "550 mailbox does not exist");
     println!("ok: one report a night across the change, one e-mail given up");

@@ -22,14 +22,11 @@ use tokio::time::{Instant, sleep};
 /// When a handler last reached an await, and how many it reached.
 type Ticks = Arc<Mutex<Vec<Instant>>>;
 
+/// What `ticking` handlers return.
+type Run = std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
 /// A handler that awaits every 10 ms for about `steps` steps, noting when.
-fn ticking(
-    steps: u32,
-    ticks: &Ticks,
-) -> impl Fn(Job<u64>) -> std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>>
-+ Send
-+ Sync
-+ 'static {
+fn ticking(steps: u32, ticks: &Ticks) -> impl Fn(Job<u64>) -> Run + Send + Sync + 'static {
     let ticks = Arc::clone(ticks);
     move |_job: Job<u64>| {
         let ticks = Arc::clone(&ticks);

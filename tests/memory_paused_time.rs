@@ -63,8 +63,7 @@ async fn run_cron(
     assert!(now >= to, "the queue's clock reads {now}");
     let stats = worker.shutdown(Duration::from_secs(1)).await;
     assert_eq!((stats.failed, stats.lost), (0, 0), "{stats:?}");
-    let runs = runs.lock().unwrap().clone();
-    runs
+    runs.lock().unwrap().clone()
 }
 
 fn instants(list: &[&str]) -> Vec<DateTime<Utc>> {

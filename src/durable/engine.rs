@@ -207,6 +207,8 @@ where
     Fut: Future + Send + 'static,
     Fut::Output: Into<Outcome>,
 {
+    // (A constructor of the fields it is given, one each.)
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         queue: Q,
         handler: H,

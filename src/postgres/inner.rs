@@ -130,6 +130,8 @@ impl Attempt {
 }
 
 impl Inner {
+    // (A constructor of the fields it is given, one each.)
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         name: String,
         pool: PgPool,

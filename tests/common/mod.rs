@@ -36,6 +36,7 @@ impl Drop for Bomb {
 pub mod ledger;
 #[cfg(feature = "postgres")]
 pub mod pg;
+#[cfg(any(feature = "redis", feature = "postgres"))]
 pub mod proxied;
 pub mod proxy;
 pub mod redis_cluster;
