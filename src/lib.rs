@@ -26,9 +26,12 @@
 //! For work that must outlive the process, the same delay queue lives in a
 //! store every replica shares: `punctual::redis::RedisQueue` (cargo feature
 //! `redis`) and `punctual::postgres::PgQueue` (cargo feature `postgres`,
-//! with inserts inside the caller's transaction). `punctual::durable` runs
-//! them: a `Worker` with retries, lease heartbeats and graceful shutdown,
-//! and recurring schedules that run once per tick across every replica.
+//! with inserts inside the caller's transaction). [`durable`] runs them: a
+//! `Worker` with retries, lease heartbeats and graceful shutdown, and
+//! recurring schedules that run once per tick across every replica; its
+//! [`Durable`](durable::Durable) trait is their one API, and
+//! [`memory::MemoryQueue`] answers it in process memory, on Tokio's clock,
+//! so a service's durable jobs are tested in paused time.
 //!
 //! # Waiting consumers
 //!

@@ -3,11 +3,19 @@
 //! replica of a service and surviving its restarts.
 //!
 //! What [`Scheduler`](crate::Scheduler) is to the in-memory
-//! [`DelayQueue`](crate::DelayQueue), this module is to the durable queues
-//! (`RedisQueue` with the feature `redis`, `PgQueue` with `postgres`): one
-//! worker implementation
-//! for every store, which only answers (claim many, finish and claim in one
-//! round trip, extend many, give back).
+//! [`DelayQueue`](crate::DelayQueue), this module is to the durable queues:
+//! [`MemoryQueue`](crate::memory::MemoryQueue) (no feature; one process,
+//! nothing survives it: for tests in paused time and for services without
+//! a server), `RedisQueue` (feature `redis`) and `PgQueue` (feature
+//! `postgres`). [`Durable`] is their one API: a service written against it
+//! changes store by changing a type. One worker implementation serves every
+//! store, which only answers (claim many, finish and claim in one round
+//! trip, extend many, give back).
+//!
+//! A handler says what became of its job with an [`Outcome`] (done, retry
+//! after the backoff or after a delay of its choosing, snooze without
+//! spending an attempt, discard to the dead letters); a handler returning
+//! `Result<(), E>` says done or retry.
 //!
 //! # Which one
 //!
@@ -18,6 +26,16 @@
 //! order, send the reminder, the nightly report of a service with three
 //! replicas): at least once, millisecond deadlines, one store round trip
 //! per batch.
+//!
+//! # Rolling deploys
+//!
+//! An entry whose value does not decode as the worker's type (a replica
+//! still running older code met a newer variant) never reaches a handler
+//! or a `take*` caller: each such delivery is a failed attempt with the
+//! reason `value does not decode: <serde error>`, due again after
+//! `min(2^(attempt-1) s, 1 h)`, and it goes to the dead letters only once
+//! its attempts reach `max_attempts`, so a replica that can decode it gets
+//! its turn.
 //!
 //! # Once per tick
 //!
