@@ -76,6 +76,7 @@
 mod api;
 mod backoff;
 mod engine;
+mod entries;
 mod job;
 pub(crate) mod ops;
 mod outcome;
@@ -89,6 +90,8 @@ mod worker;
 pub(crate) use api::durable_by_inherent_methods;
 pub use api::{DeadLetter, Durable, QueueStats};
 pub use backoff::Backoff;
+pub(crate) use entries::{At, MAX_PAGE};
+pub use entries::{Cursor, EntryInfo, EntryState, InvalidCursor, Page};
 pub use job::Job;
 pub use outcome::Outcome;
 pub use schedule::ScheduleInfo;

@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 
 use super::clock::Clock;
 use super::inner::Inner;
+use super::state::Rules;
 use super::queue::MemoryQueue;
 
 /// Builds a [`MemoryQueue`]: `MemoryQueue::builder(name)`, then the
@@ -18,6 +19,8 @@ pub struct MemoryQueueBuilder<T> {
     name: String,
     lease: Duration,
     max_attempts: u32,
+    dead_max_age: Option<Duration>,
+    dead_max_count: Option<u64>,
     start_at: Option<SystemTime>,
     /// The queue to join, instead of making one.
     join: Option<Arc<Inner>>,
@@ -30,6 +33,8 @@ impl<T> fmt::Debug for MemoryQueueBuilder<T> {
             .field("name", &self.name)
             .field("lease", &self.lease)
             .field("max_attempts", &self.max_attempts)
+            .field("dead_max_age", &self.dead_max_age)
+            .field("dead_max_count", &self.dead_max_count)
             .field("start_at", &self.start_at)
             .field("joins", &self.join.is_some())
             .finish()
@@ -42,6 +47,8 @@ impl<T> MemoryQueueBuilder<T> {
             name: name.to_owned(),
             lease: Duration::from_secs(30),
             max_attempts: 10,
+            dead_max_age: None,
+            dead_max_count: None,
             start_at: None,
             join: None,
             _values: PhantomData,
@@ -68,6 +75,20 @@ impl<T> MemoryQueueBuilder<T> {
     /// never dead-letters.
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = n;
+        self
+    }
+
+    /// Dead letters older than `age` are deleted right after each death
+    /// through this handle; default: kept whatever their age.
+    pub fn dead_max_age(mut self, age: Duration) -> Self {
+        self.dead_max_age = Some(age);
+        self
+    }
+
+    /// At most `n` dead letters are kept, the oldest deleted first, right
+    /// after each death through this handle; default: no limit.
+    pub fn dead_max_count(mut self, n: u64) -> Self {
+        self.dead_max_count = Some(n);
         self
     }
 
@@ -99,7 +120,7 @@ impl<T> MemoryQueueBuilder<T> {
 
     /// Builds a handle to `queue`'s queue (its entries, schedules, waiting
     /// consumers and clock; `start_at` is then ignored) rather than a new
-    /// queue, with this builder's `lease` and `max_attempts` for the calls
+    /// queue, with this builder's `lease`, `max_attempts` and retention for the calls
     /// made through it, as on the other stores two replicas with different
     /// settings share one queue. Its value type may differ too (see
     /// [`MemoryQueue::typed`]).
@@ -142,6 +163,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueueBuilder
         if let Some(why) = crate::durable::rules::name_problem(&self.name) {
             panic!("MemoryQueue: invalid queue name: {why}");
         }
+        let rules = Rules {
+            limit: self.max_attempts,
+            dead_max_age: self.dead_max_age.map(crate::durable::ops::millis),
+            dead_max_count: self.dead_max_count,
+        };
         if let Some(inner) = self.join {
             assert!(
                 inner.name == self.name,
@@ -149,7 +175,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueueBuilder
                 self.name,
                 inner.name
             );
-            return MemoryQueue::from_parts(inner, self.lease, self.max_attempts);
+            return MemoryQueue::from_parts(inner, self.lease, rules);
         }
         if tokio::runtime::Handle::try_current().is_err() {
             panic!("MemoryQueueBuilder::build must be called inside a Tokio runtime");
@@ -160,6 +186,6 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueueBuilder
         #[allow(clippy::disallowed_methods)]
         let at = self.start_at.unwrap_or_else(SystemTime::now);
         let inner = Arc::new(Inner::new(self.name, Clock::new(start, at)));
-        MemoryQueue::from_parts(inner, self.lease, self.max_attempts)
+        MemoryQueue::from_parts(inner, self.lease, rules)
     }
 }

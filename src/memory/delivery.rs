@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use super::clock::system_time;
 use super::error::Error;
 use super::inner::Inner;
+use super::state::Rules;
 use crate::durable::ops::{Held, Op};
 use crate::durable::store::Applied;
 
@@ -19,8 +20,8 @@ use crate::durable::store::Applied;
 /// runs out, then is delivered again with `attempt + 1`.
 pub struct Delivery<T> {
     queue: Arc<Inner>,
-    /// The taking handle's `max_attempts`.
-    limit: u32,
+    /// The taking handle's rules of death.
+    rules: Rules,
     held: Held,
     attempt: u32,
     value: T,
@@ -43,7 +44,7 @@ impl<T: fmt::Debug> fmt::Debug for Delivery<T> {
 impl<T> Delivery<T> {
     pub(crate) fn new(
         queue: Arc<Inner>,
-        limit: u32,
+        rules: Rules,
         held: Held,
         attempt: u32,
         value: T,
@@ -52,7 +53,7 @@ impl<T> Delivery<T> {
     ) -> Self {
         Delivery {
             queue,
-            limit,
+            rules,
             held,
             attempt,
             value,
@@ -120,7 +121,7 @@ impl<T> Delivery<T> {
     }
 
     fn finish(&self, op: &Op) -> bool {
-        let done = self.queue.finish(std::slice::from_ref(op), self.limit);
+        let done = self.queue.finish(std::slice::from_ref(op), self.rules);
         done.first()
             .is_some_and(|applied| *applied != Applied::Lost)
     }

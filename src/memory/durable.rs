@@ -65,7 +65,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for MemoryQ
         finished: &[Finish<Held>],
     ) -> Result<Batch<T, Held>, Error> {
         let ops: Vec<Op> = finished.iter().map(Op::of).collect();
-        let (claim, token) = self.inner().claim(max, self.lease, self.max_attempts, &ops);
+        let (claim, token) = self.inner().claim(max, self.lease, self.rules, &ops);
         let mut taken = Vec::with_capacity(claim.items.len());
         let mut refused = Vec::new();
         for item in claim.items {
@@ -92,7 +92,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for MemoryQ
             }
         }
         if !refused.is_empty() {
-            self.inner().finish(&refused, self.max_attempts);
+            self.inner().finish(&refused, self.rules);
         }
         Ok(Batch {
             done: claim.done,
@@ -105,7 +105,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for MemoryQ
 
     async fn finish(&self, finished: &[Finish<Held>]) -> Result<Vec<Applied>, Error> {
         let ops: Vec<Op> = finished.iter().map(Op::of).collect();
-        Ok(self.inner().finish(&ops, self.max_attempts))
+        Ok(self.inner().finish(&ops, self.rules))
     }
 
     async fn extend(&self, leases: &[Held], lease: Duration) -> Result<Vec<bool>, Error> {

@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::clock::Clock;
-use super::state::{Done, End, Leased, Moved, State};
+use super::state::{Done, End, Leased, Moved, Rules, State};
 use crate::durable::ops::{Held, Op, millis};
 use crate::durable::store::Applied;
 use crate::durable::wait::Waiter;
@@ -71,13 +71,13 @@ impl Inner {
     }
 
     /// Applies `ops`, then leases up to `max` due entries to a new token
-    /// for `lease`; `limit`: deliveries before death (0: none), the
-    /// claiming handle's.
+    /// for `lease`; `rules`: the claiming handle's (deliveries before
+    /// death, dead-letter retention).
     pub(crate) fn claim(
         &self,
         max: usize,
         lease: Duration,
-        limit: u32,
+        rules: Rules,
         ops: &[Op],
     ) -> (Claim, Arc<str>) {
         let token = crate::durable::store::new_token();
@@ -86,9 +86,9 @@ impl Inner {
         let claim = self.write(|state, now, moved| {
             let done = ops
                 .iter()
-                .map(|op| apply(state, op, now, limit, moved))
+                .map(|op| apply(state, op, now, rules, moved))
                 .collect();
-            let (items, more) = state.claim(now, max, lease, limit, &token, moved);
+            let (items, more) = state.claim(now, max, lease, rules, &token, moved);
             let next_due = match state.head() {
                 Some(head) => self.clock.instant_at(head),
                 None => crate::queue::deadline_after(Instant::now(), NAP),
@@ -105,11 +105,11 @@ impl Inner {
         (claim, token)
     }
 
-    /// Applies `ops` without claiming; `limit` as for `claim`.
-    pub(crate) fn finish(&self, ops: &[Op], limit: u32) -> Vec<Applied> {
+    /// Applies `ops` without claiming; `rules` as for `claim`.
+    pub(crate) fn finish(&self, ops: &[Op], rules: Rules) -> Vec<Applied> {
         self.write(|state, now, moved| {
             ops.iter()
-                .map(|op| apply(state, op, now, limit, moved))
+                .map(|op| apply(state, op, now, rules, moved))
                 .collect()
         })
     }
@@ -127,7 +127,7 @@ impl Inner {
 }
 
 /// Applies one finish op (see `durable::ops::Op` for the kinds).
-fn apply(state: &mut State, op: &Op, now: u64, limit: u32, moved: &mut Moved) -> Applied {
+fn apply(state: &mut State, op: &Op, now: u64, rules: Rules, moved: &mut Moved) -> Applied {
     let end = match op.kind {
         "a" => End::Ack,
         "r" => End::Retry,
@@ -142,7 +142,7 @@ fn apply(state: &mut State, op: &Op, now: u64, limit: u32, moved: &mut Moved) ->
         }
         _ => return Applied::Lost,
     };
-    match state.finish(end, &op.id, &op.token, op.ms, &op.reason, now, limit, moved) {
+    match state.finish(end, &op.id, &op.token, op.ms, &op.reason, now, rules, moved) {
         Done::Lost => Applied::Lost,
         Done::Applied => Applied::Done,
         Done::Dead => Applied::Dead,

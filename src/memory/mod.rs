@@ -67,6 +67,7 @@ mod delivery;
 mod durable;
 mod error;
 mod inner;
+mod operations;
 mod queue;
 mod state;
 mod ticks;

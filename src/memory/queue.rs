@@ -15,12 +15,16 @@ use super::clock::{ms_of, system_time};
 use super::delivery::Delivery;
 use super::error::{Error, check_id};
 use super::inner::Inner;
+use super::operations::Seen;
+use super::state::Rules;
 use super::{DeadLetter, MemoryStats};
 use crate::MissedTicks;
 use crate::durable::ops::{Held, millis};
 use crate::durable::store::{MAX_CLAIM, Sealed, Taken};
 use crate::durable::take::take_until;
-use crate::durable::{ScheduleInfo, period_ms, policy, spec_of};
+use crate::durable::{
+    At, Cursor, EntryInfo, EntryState, MAX_PAGE, Page, ScheduleInfo, period_ms, policy, spec_of,
+};
 use crate::queue::deadline_after;
 
 /// A durable-queue API kept in this process's memory, on Tokio's clock.
@@ -32,7 +36,7 @@ pub struct MemoryQueue<T> {
     /// This handle's settings (a handle that joined another's queue keeps
     /// its own, as a replica does on the other stores).
     pub(crate) lease: Duration,
-    pub(crate) max_attempts: u32,
+    pub(crate) rules: Rules,
     _values: PhantomData<fn() -> T>,
 }
 
@@ -47,7 +51,7 @@ impl<T> fmt::Debug for MemoryQueue<T> {
         f.debug_struct("MemoryQueue")
             .field("name", &self.inner.name)
             .field("lease", &self.lease)
-            .field("max_attempts", &self.max_attempts)
+            .field("max_attempts", &self.rules.limit)
             .finish_non_exhaustive()
     }
 }
@@ -57,11 +61,11 @@ impl<T> MemoryQueue<T> {
         &self.inner
     }
 
-    pub(crate) fn from_parts(inner: Arc<Inner>, lease: Duration, max_attempts: u32) -> Self {
+    pub(crate) fn from_parts(inner: Arc<Inner>, lease: Duration, rules: Rules) -> Self {
         MemoryQueue {
             inner,
             lease,
-            max_attempts,
+            rules,
             _values: PhantomData,
         }
     }
@@ -90,7 +94,7 @@ impl<T> MemoryQueue<T> {
     /// # Ok(()) }
     /// ```
     pub fn typed<U>(&self) -> MemoryQueue<U> {
-        MemoryQueue::from_parts(Arc::clone(&self.inner), self.lease, self.max_attempts)
+        MemoryQueue::from_parts(Arc::clone(&self.inner), self.lease, self.rules)
     }
 }
 
@@ -529,6 +533,175 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
         }))
     }
 
+    /// One page of the entries in `state`, in delivery order (`Pending`,
+    /// `Due`: by due time, FIFO on ties; `Leased`: by lease end; `Dead`:
+    /// oldest death first), at most `min(limit, 1000)`, after `cursor`.
+    /// Walking the pages visits exactly once every entry that stays in that
+    /// state, at the same due time (lease end), during the walk.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidId`] for a cursor of another queue or state.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::durable::EntryState;
+    /// use punctual::memory::MemoryQueue;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), punctual::memory::Error> {
+    /// let jobs: MemoryQueue<u64> = MemoryQueue::new("jobs");
+    /// for n in 0..250 {
+    ///     jobs.insert(&n, Duration::from_secs(60)).await?;
+    /// }
+    /// let mut cursor = None;
+    /// let mut seen = 0;
+    /// loop {
+    ///     let page = jobs.entries(EntryState::Pending, cursor.as_ref(), 100).await?;
+    ///     seen += page.entries.len();
+    ///     match page.next {
+    ///         Some(next) => cursor = Some(next),
+    ///         None => break,
+    ///     }
+    /// }
+    /// assert_eq!(seen, 250);
+    /// # Ok(()) }
+    /// ```
+    pub async fn entries(
+        &self,
+        state: EntryState,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page<T>, Error> {
+        let after = match cursor {
+            None => None,
+            Some(cursor) => {
+                let at = At::of(cursor, STORE, self.name(), state).map_err(Error::InvalidId)?;
+                let seq = at
+                    .tie
+                    .parse()
+                    .map_err(|_| Error::InvalidId(format!("cursor {cursor} is not a memory queue's")))?;
+                Some((at.score, seq))
+            }
+        };
+        if limit == 0 {
+            return Ok(Page {
+                entries: Vec::new(),
+                next: cursor.cloned(),
+            });
+        }
+        let limit = limit.min(MAX_PAGE);
+        let (seen, more) = self
+            .inner
+            .read(|state_, now| state_.page(state, after, limit, now));
+        let next = seen
+            .last()
+            .filter(|_| more)
+            .map(|last| At::cursor(STORE, self.name(), state, last.key.0, &last.key.1.to_string()));
+        Ok(Page {
+            entries: seen.into_iter().map(info).collect(),
+            next,
+        })
+    }
+
+    /// Entry `id` in any state, or `None` if it is absent.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidId`] for an invalid id.
+    pub async fn entry(&self, id: &str) -> Result<Option<EntryInfo<T>>, Error> {
+        check_id(id)?;
+        Ok(self.inner.read(|state, now| state.entry(id, now)).map(info))
+    }
+
+    /// Every dead letter back as pending, due `delay` from now, attempts
+    /// reset to 0, in one step; how many.
+    ///
+    /// # Errors
+    ///
+    /// None in memory.
+    pub async fn requeue_all_dead(&self, delay: Duration) -> Result<u64, Error> {
+        let delay = millis(delay);
+        Ok(self.inner.write(|state, now, moved| {
+            state.requeue_all_dead(now.saturating_add(delay), moved)
+        }))
+    }
+
+    /// Deletes every dead letter; how many.
+    ///
+    /// # Errors
+    ///
+    /// None in memory.
+    pub async fn clear_dead(&self) -> Result<u64, Error> {
+        Ok(self.inner.write(|state, _, _| state.clear_dead()))
+    }
+
+    /// Stops every consumer of the queue from taking anything (`take*`
+    /// waits, a `Worker` starts nothing new); what is leased may still be
+    /// acked, retried or extended, and inserts, removes, resets and
+    /// schedule calls work as usual. `true` if it was running.
+    ///
+    /// # Errors
+    ///
+    /// None in memory.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use punctual::memory::MemoryQueue;
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), punctual::memory::Error> {
+    /// let jobs: MemoryQueue<u64> = MemoryQueue::new("jobs");
+    /// jobs.insert(&1, Duration::ZERO).await?;
+    /// assert!(jobs.pause().await?);
+    /// assert!(jobs.try_take().await?.is_none());
+    /// assert!(jobs.resume().await?);
+    /// assert!(jobs.try_take().await?.is_some());
+    /// # Ok(()) }
+    /// ```
+    pub async fn pause(&self) -> Result<bool, Error> {
+        Ok(self.inner.write(|state, _, _| state.pause()))
+    }
+
+    /// Lets consumers take again, waking those waiting at once. `true` if
+    /// it was paused.
+    ///
+    /// # Errors
+    ///
+    /// None in memory.
+    pub async fn resume(&self) -> Result<bool, Error> {
+        Ok(self.inner.write(|state, _, moved| state.resume(moved)))
+    }
+
+    /// Whether the queue is paused.
+    ///
+    /// # Errors
+    ///
+    /// None in memory.
+    pub async fn is_paused(&self) -> Result<bool, Error> {
+        Ok(self.inner.read(|state, _| state.paused))
+    }
+
+    /// Makes schedule `name`'s pending tick due now (its instant becomes
+    /// now); the run after it follows the schedule's rule from that
+    /// instant. `false` if there is no such schedule or its tick is leased.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidId`] for a name that breaks the id rules.
+    pub async fn run_now(&self, name: &str) -> Result<bool, Error> {
+        check_id(name)?;
+        Ok(self.inner.write(|state, now, moved| {
+            state
+                .run_now(name, now)
+                .map(|m| moved.announce |= m.announce)
+                .is_some()
+        }))
+    }
+
     async fn take_within(
         &self,
         max: usize,
@@ -544,12 +717,30 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
     fn delivery(&self, taken: Taken<T, Held>) -> Delivery<T> {
         Delivery::new(
             Arc::clone(&self.inner),
-            self.max_attempts,
+            self.rules,
             taken.lease,
             taken.attempt,
             taken.value,
             taken.deadline,
             taken.lease_until,
         )
+    }
+}
+
+/// The store's name in cursors.
+const STORE: &str = "memory";
+
+/// An entry as an operator sees it.
+fn info<T: DeserializeOwned>(seen: Seen) -> EntryInfo<T> {
+    EntryInfo {
+        state: seen.state,
+        due: system_time(seen.due),
+        lease_until: seen.lease_until.map(system_time),
+        died_at: seen.died_at.map(system_time),
+        attempt: seen.attempt,
+        schedule: seen.tick.then(|| seen.id.clone()),
+        last_error: seen.reason,
+        value: serde_json::from_str(&seen.value).ok(),
+        id: seen.id,
     }
 }

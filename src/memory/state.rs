@@ -117,13 +117,25 @@ pub(crate) struct Counts {
 pub(crate) struct State {
     pub(crate) entries: HashMap<String, Entry>,
     /// Live entries by (score, seq).
-    order: BTreeMap<(u64, u64), String>,
+    pub(super) order: BTreeMap<(u64, u64), String>,
     /// Leased entries by (lease end, seq): a subset of `order`.
-    leases: BTreeSet<(u64, u64)>,
+    pub(super) leases: BTreeSet<(u64, u64)>,
     /// Dead letters by (death, seq).
-    dead: BTreeMap<(u64, u64), String>,
+    pub(super) dead: BTreeMap<(u64, u64), String>,
     pub(crate) schedules: BTreeMap<String, Schedule>,
     seq: u64,
+    /// Paused: claims take nothing.
+    pub(super) paused: bool,
+}
+
+/// What a handle's settings say about deaths: after `limit` deliveries
+/// (0: never), and how long and how many dead letters are kept (checked
+/// right after each death).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Rules {
+    pub(crate) limit: u32,
+    pub(crate) dead_max_age: Option<u64>,
+    pub(crate) dead_max_count: Option<u64>,
 }
 
 /// The reason of an entry past its deliveries.
@@ -277,10 +289,14 @@ impl State {
         now: u64,
         max: usize,
         lease: u64,
-        limit: u32,
+        rules: Rules,
         token: &Arc<str>,
         moved: &mut Moved,
     ) -> (Vec<Leased>, bool) {
+        if self.paused {
+            return (Vec::new(), false);
+        }
+        let limit = rules.limit;
         let due: Vec<((u64, u64), String)> = self
             .order
             .range(..=(now, u64::MAX))
@@ -302,7 +318,7 @@ impl State {
                     .as_ref()
                     .zip(tick)
                     .and_then(|(rec, tick)| super::ticks::next_tick(rec, tick, None, now));
-                self.bury(&id, past_limit(limit), now);
+                self.bury(&id, past_limit(limit), now, rules);
                 if let Some(next) = next {
                     moved.merge(self.successor(&id, next));
                 }
@@ -360,9 +376,10 @@ impl State {
         ms: u64,
         reason: &str,
         now: u64,
-        limit: u32,
+        rules: Rules,
         moved: &mut Moved,
     ) -> Done {
+        let limit = rules.limit;
         if !self.holds(id, token) {
             return Done::Lost;
         }
@@ -407,7 +424,7 @@ impl State {
                     super::ticks::next_tick(&rec, tick, since, now)
                 });
                 if end == End::Discard {
-                    self.bury(id, reason.to_owned(), now);
+                    self.bury(id, reason.to_owned(), now, rules);
                 } else {
                     self.forget(id);
                 }
@@ -429,7 +446,7 @@ impl State {
             .cloned()
             .collect();
         for id in held {
-            let _ = self.finish(End::GiveBack, &id, token, 0, "", now, 0, moved);
+            let _ = self.finish(End::GiveBack, &id, token, 0, "", now, Rules::default(), moved);
         }
     }
 
@@ -437,7 +454,7 @@ impl State {
     /// under `<name>@<instant>` (its name stays free for its successor), a
     /// name over 480 bytes cut to 480 at a character boundary, so the dead
     /// letter's id keeps to 512 bytes.
-    fn bury(&mut self, id: &str, reason: String, now: u64) {
+    fn bury(&mut self, id: &str, reason: String, now: u64, rules: Rules) {
         let mut e = self.forget(id).expect("a live entry");
         let mut dead_id = id.to_owned();
         if let Some(tick) = e.tick {
@@ -463,6 +480,24 @@ impl State {
         e.key = (now, seq);
         self.dead.insert(e.key, dead_id.clone());
         self.entries.insert(dead_id, e);
+        self.trim_dead(now, rules);
+    }
+
+    /// Keeps no dead letter older than the rules' age and at most their
+    /// count (the oldest go first).
+    fn trim_dead(&mut self, now: u64, rules: Rules) {
+        let mut gone = Vec::new();
+        if let Some(age) = rules.dead_max_age {
+            let oldest_kept = now.saturating_sub(age);
+            gone.extend(self.dead.range(..(oldest_kept, 0)).map(|(_, id)| id.clone()));
+        }
+        if let Some(count) = rules.dead_max_count {
+            let over = (self.dead.len() as u64).saturating_sub(count) as usize;
+            gone.extend(self.dead.values().take(over).cloned());
+        }
+        for id in gone {
+            self.forget(&id);
+        }
     }
 
     /// Inserts the tick of schedule `name` due at `at` (attempt 0).

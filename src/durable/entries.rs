@@ -1,0 +1,256 @@
+//! Looking into a durable queue: its entries by state, a page at a time
+//! ([`EntryState`], [`EntryInfo`], [`Page`], [`Cursor`]).
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::SystemTime;
+
+/// The state of a durable queue's entry, as `stats()` counts them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EntryState {
+    /// Not yet due.
+    Pending,
+    /// Due and not leased (an entry whose lease ran out counts here).
+    Due,
+    /// Leased to a consumer until its lease end.
+    Leased,
+    /// In the dead letters.
+    Dead,
+}
+
+impl EntryState {
+    /// The state's name in lower case (`pending`, `due`, `leased`, `dead`),
+    /// as the JSON of `punctual-admin` writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryState::Pending => "pending",
+            EntryState::Due => "due",
+            EntryState::Leased => "leased",
+            EntryState::Dead => "dead",
+        }
+    }
+
+    fn code(self) -> char {
+        match self {
+            EntryState::Pending => 'p',
+            EntryState::Due => 'd',
+            EntryState::Leased => 'l',
+            EntryState::Dead => 'x',
+        }
+    }
+
+    fn of_code(code: &str) -> Option<EntryState> {
+        Some(match code {
+            "p" => EntryState::Pending,
+            "d" => EntryState::Due,
+            "l" => EntryState::Leased,
+            "x" => EntryState::Dead,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for EntryState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for EntryState {
+    type Err = InvalidCursor;
+
+    /// `pending`, `due`, `leased` or `dead`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "pending" => Ok(EntryState::Pending),
+            "due" => Ok(EntryState::Due),
+            "leased" => Ok(EntryState::Leased),
+            "dead" => Ok(EntryState::Dead),
+            other => Err(InvalidCursor(format!(
+                "{other:?} is not a state (pending, due, leased or dead)"
+            ))),
+        }
+    }
+}
+
+/// One entry of a durable queue as an operator sees it, from `entries()`
+/// and `entry()`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntryInfo<T> {
+    /// The entry's id (a schedule's tick: the schedule's name).
+    pub id: String,
+    /// Its state when it was read.
+    pub state: EntryState,
+    /// When it is or was due, by the store's clock (a tick: its instant;
+    /// a leased or dead entry: when its last delivery was due).
+    pub due: SystemTime,
+    /// When its lease runs out; `Leased` only.
+    pub lease_until: Option<SystemTime>,
+    /// When it went to the dead letters; `Dead` only.
+    pub died_at: Option<SystemTime>,
+    /// Deliveries counted so far.
+    pub attempt: u32,
+    /// A tick: its schedule's name.
+    pub schedule: Option<String>,
+    /// The reason of its last failed attempt, kept across retries (a dead
+    /// letter: why it died).
+    pub last_error: Option<String>,
+    /// The value, or `None` when the stored value does not decode as `T`.
+    pub value: Option<T>,
+}
+
+/// One page of `entries()`: the entries, and where the next page starts
+/// (`None` on the last page).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    /// At most the `limit` asked for (and at most 1000), in delivery order.
+    pub entries: Vec<EntryInfo<T>>,
+    /// Where the next page starts; `None` on the last page.
+    pub next: Option<Cursor>,
+}
+
+/// Where a walk through one state's entries goes on: after the last entry
+/// of a page. Opaque; it reads and parses back as text (`Display`,
+/// `FromStr`) for URLs and the command line. A cursor belongs to one state
+/// of one queue: another queue's, or another state's, is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Cursor(String);
+
+/// Why a text is not a [`Cursor`] (or not a state).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidCursor(String);
+
+impl fmt::Display for InvalidCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvalidCursor {}
+
+impl fmt::Display for Cursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for Cursor {
+    type Err = InvalidCursor;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        At::parse(s)?;
+        Ok(Cursor(s.to_owned()))
+    }
+}
+
+/// A cursor's content: after (`score`, `tie`) in `state` of the queue
+/// whose check is `queue`. `tie` orders entries of one score: a sequence
+/// number, or a Redis sorted set's member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct At {
+    pub(crate) state: EntryState,
+    pub(crate) score: u64,
+    pub(crate) tie: String,
+    queue: u32,
+}
+
+impl At {
+    /// A cursor after (`score`, `tie`) in `state` of queue `name` of store
+    /// `store`.
+    pub(crate) fn cursor(store: &str, name: &str, state: EntryState, score: u64, tie: &str) -> Cursor {
+        let hex: String = tie.bytes().map(|b| format!("{b:02x}")).collect();
+        Cursor(format!(
+            "1{}.{score}.{hex}.{:08x}",
+            state.code(),
+            queue_check(store, name)
+        ))
+    }
+
+    fn parse(s: &str) -> Result<At, InvalidCursor> {
+        let bad = || InvalidCursor(format!("{s:?} is not a cursor"));
+        let mut parts = s.split('.');
+        let head = parts.next().ok_or_else(bad)?;
+        let state = head
+            .strip_prefix('1')
+            .and_then(EntryState::of_code)
+            .ok_or_else(bad)?;
+        let score = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        let hex = parts.next().ok_or_else(bad)?;
+        let queue = parts
+            .next()
+            .filter(|q| q.len() == 8)
+            .and_then(|q| u32::from_str_radix(q, 16).ok())
+            .ok_or_else(bad)?;
+        if parts.next().is_some() || hex.len() % 2 != 0 {
+            return Err(bad());
+        }
+        let bytes = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+            .collect::<Option<Vec<u8>>>()
+            .ok_or_else(bad)?;
+        let tie = String::from_utf8(bytes).map_err(|_| bad())?;
+        Ok(At {
+            state,
+            score,
+            tie,
+            queue,
+        })
+    }
+
+    /// What `cursor` says, if it is one of `state` of queue `name` of
+    /// `store`; else why not.
+    pub(crate) fn of(
+        cursor: &Cursor,
+        store: &str,
+        name: &str,
+        state: EntryState,
+    ) -> Result<At, String> {
+        let at = At::parse(&cursor.0).map_err(|e| e.0)?;
+        if at.queue != queue_check(store, name) {
+            return Err(format!("cursor {cursor} is another queue's"));
+        }
+        if at.state != state {
+            return Err(format!(
+                "cursor {cursor} walks the {} entries, not the {state} ones",
+                at.state
+            ));
+        }
+        Ok(at)
+    }
+}
+
+/// The most entries one page holds.
+pub(crate) const MAX_PAGE: usize = 1000;
+
+/// FNV-1a of `store` and `name`: the same in every process and release, so
+/// a cursor made by one process (a dashboard) works in another.
+fn queue_check(store: &str, name: &str) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in store.bytes().chain([0]).chain(name.bytes()) {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_read_back_and_belong_to_one_state_of_one_queue() {
+        let c = At::cursor("memory", "jobs", EntryState::Due, 1_700_000_000_000, "#12 é");
+        let text = c.to_string();
+        let back: Cursor = text.parse().unwrap();
+        assert_eq!(back, c);
+        let at = At::of(&back, "memory", "jobs", EntryState::Due).unwrap();
+        assert_eq!((at.score, at.tie.as_str()), (1_700_000_000_000, "#12 é"));
+        assert!(At::of(&back, "memory", "other", EntryState::Due).is_err());
+        assert!(At::of(&back, "redis", "jobs", EntryState::Due).is_err());
+        assert!(At::of(&back, "memory", "jobs", EntryState::Dead).is_err());
+        for bad in ["", "x", "1d.1.00", "1q.1.00.00000000", "1d.x.00.00000000", "1d.1.0.00000000"] {
+            assert!(bad.parse::<Cursor>().is_err(), "{bad:?}");
+        }
+    }
+}
