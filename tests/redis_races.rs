@@ -12,7 +12,7 @@
 mod common;
 
 use common::proxy::{Direction, Proxy};
-use common::redis_queue::{builder, ms, within};
+use common::redis_queue::{HOUR, builder, ms, within};
 use common::redis_server::RedisServer;
 use punctual::durable::{Job, Worker};
 use punctual::redis::RedisQueue;
@@ -205,6 +205,97 @@ async fn a_recovered_take_many_keeps_fifo_order() {
         got, want,
         "a claim recovered after a lost reply returns equal deadlines out of FIFO order"
     );
+}
+
+// ------------------------------------------------- cluster
+
+/// A cluster whose primary for queue `name` is reached through a proxy:
+/// that node announces the proxy's port, so the cluster client's
+/// connection to it (and the seed connection) crosses the proxy.
+#[cfg(feature = "redis-cluster")]
+async fn cluster_through_proxy(
+    name: &str,
+) -> (common::redis_cluster::RedisCluster, Proxy, RedisQueue<u64>) {
+    let cluster = tokio::task::spawn_blocking(|| common::redis_cluster::RedisCluster::start(3, 0))
+        .await
+        .unwrap();
+    let slot = cluster.slot(&format!("punctual:{{{name}}}:schedule"));
+    let owner = cluster.owner(slot);
+    let node = cluster.node(owner.port);
+    let proxy = Proxy::start(owner.port);
+    let bus = (owner.port + 10000).to_string();
+    assert_eq!(
+        node.cli(&["CONFIG", "SET", "cluster-announce-bus-port", &bus]),
+        "OK"
+    );
+    let announced = proxy.port().to_string();
+    assert_eq!(
+        node.cli(&["CONFIG", "SET", "cluster-announce-port", &announced]),
+        "OK"
+    );
+    let want = format!(":{announced}@");
+    let mut waited = 0;
+    while !node.cli(&["CLUSTER", "NODES"]).contains(&want) {
+        assert!(waited < 100, "the node does not announce the proxy's port");
+        sleep(ms(50)).await;
+        waited += 1;
+    }
+    let q = RedisQueue::builder(name)
+        .cluster(&[&proxy.url()])
+        .lease(Duration::from_secs(3))
+        .max_attempts(1)
+        .poll_interval(ms(50))
+        .build()
+        .await
+        .expect("build on the cluster");
+    (cluster, proxy, q)
+}
+
+/// On a cluster, redis-rs's cluster connection sends a request again by
+/// itself when its connection drops: a claim whose connection breaks after
+/// it reached the server runs twice, as two first sendings under one
+/// token. The second leases the next due entries; what the first leased is
+/// held by nobody, and dead-letters (max 1 attempt) without a delivery.
+#[cfg(feature = "redis-cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_claim_cut_after_it_ran_strands_nothing() {
+    let (_cluster, proxy, q) = cluster_through_proxy("cut-claim").await;
+    assert!(q.try_take().await.unwrap().is_none()); // loads the claim script
+    assert!(q.insert_with_id("a", &1, Duration::ZERO).await.unwrap());
+    assert!(q.insert_with_id("b", &2, Duration::ZERO).await.unwrap());
+    proxy.cut_after_next_request(Some(CLAIM));
+    let first = within("take", q.take()).await.unwrap();
+    assert!(!proxy.armed(), "the claim was cut");
+    let stats = q.stats().await.unwrap();
+    let second = q.take_timeout(ms(1500)).await.unwrap();
+    let mut got: Vec<(String, u32)> = vec![(first.id().to_owned(), first.attempt())];
+    got.extend(second.iter().map(|d| (d.id().to_owned(), d.attempt())));
+    got.sort();
+    assert_eq!(
+        got,
+        vec![("a".to_owned(), 1), ("b".to_owned(), 1)],
+        "an entry was leased to nobody by a claim that ran twice (stats after \
+         the first take: {stats:?})"
+    );
+}
+
+/// The same for an insert: an `insert` that returns `Ok` once inserted
+/// twice.
+#[cfg(feature = "redis-cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_an_insert_cut_after_it_ran_inserts_once() {
+    let (_cluster, proxy, q) = cluster_through_proxy("cut-insert").await;
+    assert!(q.insert(&1, HOUR).await.is_ok()); // loads the insert script
+    proxy.cut_after_next_request(Some(b"4242424242"));
+    let inserted = within("insert", q.insert(&4_242_424_242, HOUR)).await;
+    assert!(!proxy.armed(), "the insert was cut");
+    let stats = q.stats().await.unwrap();
+    if inserted.is_ok() {
+        assert_eq!(
+            stats.pending, 2,
+            "an insert that returned {inserted:?} inserted its value twice"
+        );
+    }
 }
 
 // ------------------------------------------------- the sequence
