@@ -427,7 +427,11 @@ mod cluster {
     async fn on_a_cluster_an_ack_cut_after_it_ran_answers_acked() {
         let (cluster, proxy, q) = cluster_through_proxy("cut-ack").await;
         warm_up(&q).await;
-        assert!(q.insert_with_id("ack-me", &1, Duration::ZERO).await.unwrap());
+        assert!(
+            q.insert_with_id("ack-me", &1, Duration::ZERO)
+                .await
+                .unwrap()
+        );
         let d = within("take", q.take()).await.unwrap();
         let cut = Cut::arm(&cluster, &proxy, b"ack-me");
         let acked = within("ack", d.ack()).await.unwrap();
@@ -442,7 +446,11 @@ mod cluster {
     async fn on_a_cluster_a_retry_cut_after_it_ran_gives_back_once() {
         let (cluster, proxy, q) = cluster_through_proxy("cut-retry").await;
         warm_up(&q).await;
-        assert!(q.insert_with_id("retry-me", &1, Duration::ZERO).await.unwrap());
+        assert!(
+            q.insert_with_id("retry-me", &1, Duration::ZERO)
+                .await
+                .unwrap()
+        );
         let d = within("take", q.take()).await.unwrap();
         let before = seq(&cluster, &proxy, "cut-retry");
         let cut = Cut::arm(&cluster, &proxy, b"retry-me");
@@ -465,7 +473,11 @@ mod cluster {
     async fn on_a_cluster_an_extend_cut_after_it_ran_reports_the_lease_end_kept() {
         let (cluster, proxy, q) = cluster_through_proxy("cut-extend").await;
         warm_up(&q).await;
-        assert!(q.insert_with_id("extend-me", &1, Duration::ZERO).await.unwrap());
+        assert!(
+            q.insert_with_id("extend-me", &1, Duration::ZERO)
+                .await
+                .unwrap()
+        );
         let mut d = within("take", q.take()).await.unwrap();
         assert!(d.extend(HOUR).await.unwrap()); // loads the extend script
         let cut = Cut::arm(&cluster, &proxy, b"extend-me");
@@ -538,7 +550,10 @@ mod cluster {
         .await
         .unwrap();
         cut.ran_twice("schedule_every");
-        assert!(created, "a schedule_every that created its schedule answered false");
+        assert!(
+            created,
+            "a schedule_every that created its schedule answered false"
+        );
         assert_eq!(q.schedules().await.unwrap().len(), 2);
         assert_eq!(q.stats().await.unwrap().pending, 2, "one tick per schedule");
     }
@@ -556,8 +571,14 @@ mod cluster {
         let created = within("schedule_cron", q.schedule_cron("nightly", "0 3 * * *", &1))
             .await
             .unwrap();
-        cut.ran("schedule_cron (a sending without instants, then the cut one)", 3);
-        assert!(created, "a schedule_cron that created its schedule answered false");
+        cut.ran(
+            "schedule_cron (a sending without instants, then the cut one)",
+            3,
+        );
+        assert!(
+            created,
+            "a schedule_cron that created its schedule answered false"
+        );
         assert_eq!(q.schedules().await.unwrap().len(), 2);
         assert_eq!(q.stats().await.unwrap().pending, 2, "one tick per schedule");
     }
@@ -576,7 +597,10 @@ mod cluster {
         let cut = Cut::arm(&cluster, &proxy, b"sweep");
         let removed = within("unschedule", q.unschedule("sweep")).await.unwrap();
         cut.ran_twice("unschedule");
-        assert!(removed, "an unschedule that removed its schedule answered false");
+        assert!(
+            removed,
+            "an unschedule that removed its schedule answered false"
+        );
         assert!(q.schedules().await.unwrap().is_empty());
         assert_eq!(q.stats().await.unwrap(), RedisStats::default());
     }
@@ -587,7 +611,11 @@ mod cluster {
     async fn on_a_cluster_a_requeue_dead_cut_after_it_ran_puts_back_once() {
         let (cluster, proxy, q) = cluster_through_proxy("cut-requeue").await;
         assert!(!q.requeue_dead("absent", HOUR).await.unwrap()); // loads the script
-        assert!(q.insert_with_id("dead-one", &1, Duration::ZERO).await.unwrap());
+        assert!(
+            q.insert_with_id("dead-one", &1, Duration::ZERO)
+                .await
+                .unwrap()
+        );
         // One failed attempt is all it has (max_attempts 1).
         let worker = Worker::builder(q.clone())
             .concurrency(1)
@@ -604,7 +632,10 @@ mod cluster {
             .await
             .unwrap();
         cut.ran_twice("requeue_dead");
-        assert!(back, "a requeue_dead that put the entry back answered false");
+        assert!(
+            back,
+            "a requeue_dead that put the entry back answered false"
+        );
         assert_eq!(
             seq(&cluster, &proxy, "cut-requeue") - before,
             1,
@@ -621,13 +652,12 @@ mod cluster {
     async fn on_a_cluster_a_purge_cut_after_it_ran_leaves_nothing() {
         let (cluster, proxy, q) = cluster_through_proxy("cut-purge").await;
         q.purge().await.unwrap(); // loads the purge script
-        q.insert_many(&[(1, HOUR), (2, Duration::ZERO)]).await.unwrap();
+        q.insert_many(&[(1, HOUR), (2, Duration::ZERO)])
+            .await
+            .unwrap();
         assert!(q.remove("absent").await.is_ok());
-        let sha = common::redis_queue::script_sha(&[
-            "lib/prelude.lua",
-            "lib/check_all.lua",
-            "purge.lua",
-        ]);
+        let sha =
+            common::redis_queue::script_sha(&["lib/prelude.lua", "lib/check_all.lua", "purge.lua"]);
         let cut = Cut::arm(&cluster, &proxy, sha.as_bytes());
         within("purge", q.purge()).await.unwrap();
         cut.ran_twice("the purge");
@@ -635,6 +665,54 @@ mod cluster {
         let slot = cluster.slot("punctual:{cut-purge}:schedule").to_string();
         let node = cluster.node(proxy.upstream_port());
         assert_eq!(node.cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot]), "0");
+    }
+
+    /// On a cluster a write reads `requests` (its identity) before it
+    /// writes anything: a key of a foreign type there fails it whole.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_a_cluster_a_foreign_requests_key_fails_writes_before_they_write() {
+        let (cluster, proxy, q) = cluster_through_proxy("foreign-requests").await;
+        assert!(q.insert_with_id("a", &1, Duration::ZERO).await.unwrap());
+        let d = within("take", q.take()).await.unwrap();
+        assert!(q.insert_with_id("b", &2, Duration::ZERO).await.unwrap());
+        let node = cluster.node(proxy.upstream_port());
+        let key = "punctual:{foreign-requests}:requests";
+        node.cli(&["DEL", key]);
+        assert_eq!(node.cli(&["SET", key, "oops"]), "OK");
+        let contents = || {
+            [
+                node.cli(&[
+                    "ZRANGE",
+                    "punctual:{foreign-requests}:schedule",
+                    "0",
+                    "-1",
+                    "WITHSCORES",
+                ]),
+                node.cli(&[
+                    "ZRANGE",
+                    "punctual:{foreign-requests}:leases",
+                    "0",
+                    "-1",
+                    "WITHSCORES",
+                ]),
+                node.cli(&["HGETALL", "punctual:{foreign-requests}:entries"]),
+                node.cli(&["GET", "punctual:{foreign-requests}:seq"]),
+                node.cli(&["GET", key]),
+            ]
+        };
+        let before = contents();
+        let errors = [
+            ("insert", q.insert(&3, HOUR).await.err()),
+            ("claim", q.try_take().await.err()),
+            ("remove", q.remove("b").await.err()),
+            ("reset", q.reset("b", HOUR).await.err()),
+            ("ack", d.ack().await.err()),
+        ];
+        for (what, error) in errors {
+            let error = error.unwrap_or_else(|| panic!("{what} worked on a foreign key"));
+            assert!(error.to_string().contains("WRONGTYPE"), "{what}: {error}");
+        }
+        assert_eq!(contents(), before, "a write that failed wrote");
     }
 
     /// A worker's acks ride with its next claim. That claim sent twice: the

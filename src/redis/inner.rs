@@ -139,6 +139,36 @@ impl Inner {
         invocation
     }
 
+    /// How long the store keeps a write's answer for a second execution of
+    /// it, in ms: twice the response timeout on a cluster, whose client
+    /// sends a request again by itself after a dropped connection (as long
+    /// as its caller waits: a response timeout); 0 on a single server,
+    /// whose connection never sends a request twice (nothing is kept). See
+    /// `scripts/lib/requests.lua`.
+    pub(crate) fn keep_ms(&self) -> u64 {
+        if self.conn.is_cluster() {
+            millis(self.conn.response_timeout())
+                .saturating_mul(2)
+                .max(1)
+        } else {
+            0
+        }
+    }
+
+    /// Adds a write's identity and how long its answer is kept (see
+    /// [`keep_ms`](Self::keep_ms)): a token made for this one call on a
+    /// cluster, nothing on a single server.
+    pub(crate) fn identify(&self, invocation: &mut ScriptInvocation<'_>) {
+        let keep = self.keep_ms();
+        if keep == 0 {
+            invocation.arg("").arg(0);
+        } else {
+            invocation
+                .arg(&*crate::durable::store::new_token())
+                .arg(keep);
+        }
+    }
+
     pub(crate) async fn run<R: FromRedisValue>(
         &self,
         invocation: &ScriptInvocation<'_>,
@@ -243,6 +273,8 @@ impl Inner {
             .arg(&*attempt.token)
             .arg(previous.unwrap_or(-1))
             .arg(&self.keys.channel)
+            // On a cluster the claim's answer is kept under its token.
+            .arg(self.keep_ms())
             .arg(releases.ops.len() + ops.len());
         for release in &releases.ops {
             push_op(&mut invocation, release);
@@ -312,10 +344,9 @@ impl Inner {
         let releases = release.then(|| Releases::take(&self.in_doubt));
         let mut invocation = self.script(&SCRIPTS.finish);
         let doubts = releases.as_ref().map_or(0, |r| r.ops.len());
-        invocation
-            .arg(self.max_attempts)
-            .arg(&self.keys.channel)
-            .arg(doubts + ops.len());
+        invocation.arg(self.max_attempts).arg(&self.keys.channel);
+        self.identify(&mut invocation);
+        invocation.arg(doubts + ops.len());
         for release in releases.iter().flat_map(|r| &r.ops) {
             push_op(&mut invocation, release);
         }

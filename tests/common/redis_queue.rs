@@ -155,6 +155,7 @@ pub fn claim_sha() -> String {
         "lib/held.lua",
         "lib/ticks.lua",
         "lib/finish.lua",
+        "lib/requests.lua",
         "claim.lua",
     ])
 }
