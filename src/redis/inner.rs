@@ -11,6 +11,12 @@
 //! leaves the token *in doubt*, and the next claim of the handle gives back
 //! whatever that token holds, without counting the attempt. Either way, no
 //! attempt is spent on an entry nobody saw.
+//!
+//! On a cluster every write, each sending of a claim included, also carries
+//! a request identity of its own from [`identify`](Inner::identify): the
+//! server keeps the answer under it, so a sending that the cluster client
+//! repeats by itself (see `scripts/lib/requests.lua`) leases nothing more
+//! and answers as the first execution did.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -145,7 +151,7 @@ impl Inner {
     /// as its caller waits: a response timeout); 0 on a single server,
     /// whose connection never sends a request twice (nothing is kept). See
     /// `scripts/lib/requests.lua`.
-    pub(crate) fn keep_ms(&self) -> u64 {
+    fn keep_ms(&self) -> u64 {
         if self.conn.is_cluster() {
             millis(self.conn.response_timeout())
                 .saturating_mul(2)
@@ -272,10 +278,11 @@ impl Inner {
             .arg(self.max_attempts)
             .arg(&*attempt.token)
             .arg(previous.unwrap_or(-1))
-            .arg(&self.keys.channel)
-            // On a cluster the claim's answer is kept under its token.
-            .arg(self.keep_ms())
-            .arg(releases.ops.len() + ops.len());
+            .arg(&self.keys.channel);
+        // Each sending is a request of its own: the ops it carries may
+        // differ from an earlier sending's.
+        self.identify(&mut invocation);
+        invocation.arg(releases.ops.len() + ops.len());
         for release in &releases.ops {
             push_op(&mut invocation, release);
         }

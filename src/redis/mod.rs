@@ -113,13 +113,14 @@
 //!   again by itself after its connection to a node dropped (it reconnects
 //!   first), and the first sending may have run; turning that off would
 //!   also turn off its `MOVED`/`ASK` redirects. So every write carries a
-//!   request identity: a claim, its token; any other call, a token made for
-//!   it (as a claim's token is). A write that changed something keeps its
-//!   answer under that identity in `requests` for twice the
-//!   [`response_timeout`](RedisQueueBuilder::response_timeout) (the cluster
-//!   connection gives up a request whose caller stopped waiting, after at
-//!   most one response timeout). A second execution of it finds the
-//!   answer, changes nothing and returns it:
+//!   request identity, a token made for that one request as a claim's
+//!   token is (a claim sent again by its consumer is a new request with a
+//!   new identity, and the same claim token). A write that changed
+//!   something keeps its answer under that identity in `requests` for
+//!   twice the [`response_timeout`](RedisQueueBuilder::response_timeout)
+//!   (the cluster connection gives up a request whose caller stopped
+//!   waiting, after at most one response timeout). A second execution of
+//!   it finds the answer, changes nothing and returns it:
 //!   - [`insert`](RedisQueue::insert), [`insert_at`](RedisQueue::insert_at),
 //!     [`insert_with_id`](RedisQueue::insert_with_id) and
 //!     [`insert_many`](RedisQueue::insert_many) insert once and return the
@@ -132,7 +133,7 @@
 //!     finishes, [`remove`](RedisQueue::remove),
 //!     [`reset`](RedisQueue::reset), [`requeue_dead`](RedisQueue::requeue_dead),
 //!     [`schedule_every`](RedisQueue::schedule_every),
-//!     [`schedule_cron`](RedisQueue::schedule_cron) and
+//!     `schedule_cron` and
 //!     [`unschedule`](RedisQueue::unschedule) return the first's answer
 //!     (an ack that applied says so, not "lease lost").
 //!

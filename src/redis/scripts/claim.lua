@@ -2,8 +2,8 @@
 -- entries, in order, to the claim `token`.
 -- KEYS: the queue's eight keys. ARGV: max, lease ms, max attempts (0 = no
 -- limit), token, recover (-1, or a lower bound of this claim's lease end
--- when it is sent again after its reply was lost), channel, ms to keep the
--- answer under the token (0 on a single server; see lib/requests.lua),
+-- when it is sent again after its reply was lost), channel, request id (''
+-- on a single server) and ms to keep the answer (see lib/requests.lua),
 -- number of ops, then 6 fields per op (kind, id, token, ms, reason, cands).
 -- Returns {now, head score or -1, {op results}, {items}}, an item being
 -- {id, value, attempt, deadline, lease end, schedule record or '', reason
@@ -12,14 +12,13 @@
 -- successor needs the client's cron instants).
 -- Atomic: no two claims lease one entry. A claim sent again with its token
 -- returns what it leased the first time, if it ran: a lost reply never costs
--- an attempt of an entry nobody saw. On a cluster, a sending that ran
--- already (the client sent the same request again by itself) leases
+-- an attempt of an entry nobody saw. On a cluster, a second execution of
+-- one sending (the client sent the same request again by itself) leases
 -- nothing new and answers as the first did.
 local now = now_ms()
 local max, lease, limit, token = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local recover, channel = tonumber(ARGV[5]), ARGV[6]
-local keep, n_ops = tonumber(ARGV[7]), tonumber(ARGV[8])
-local rid = keep > 0 and token or ''
+local rid, keep, n_ops = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
 
 -- A first sending that lands after its claim was given up on, or sent
 -- again, leases nothing (the resend leases for the claim). A resend marks
@@ -31,8 +30,8 @@ else
   local e = ensure(GIVEN_UP, 'zset')
   if e then return e end
 end
--- What a sending of this request that ran already answered:
--- '<lease end or nothing>:<op result codes>'. Reads REQUESTS.
+-- What this sending answered if it ran already: '<lease end or
+-- nothing>:<op result codes>'. Reads REQUESTS.
 local kept = recall(rid)
 
 -- With ops, every key the claim may write is checked first: the ops are
@@ -43,7 +42,7 @@ if n_ops > 0 or recover >= 0 then
     or ensure(SCHEDULES, 'hash')
   if e then return e end
 end
-local results, err = finish_all(9, n_ops, now, limit, channel)
+local results, err = finish_all(10, n_ops, now, limit, channel)
 if err then return err end
 local kept_end = nil
 if kept then

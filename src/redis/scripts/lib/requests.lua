@@ -1,14 +1,14 @@
 -- A Redis Cluster client sends a request again by itself when its
 -- connection drops (redis-rs's cluster connection does, after it
 -- reconnects), and the first sending may have run. So on a cluster every
--- write carries an identity `rid` (a claim: its token; any other call: a
--- token made for it), and a write that changed something keeps its answer
--- in REQUESTS under that identity, as two members scored with when they
--- may be forgotten: '<rid>' and '<rid>\n<answer>'. A second execution finds
--- it, writes nothing and returns that answer. A write that changed nothing
--- keeps nothing: a second execution of it is then the only one that counts.
--- `rid` is '' on a single server, whose connection never sends a request
--- twice: nothing is read or kept there.
+-- write carries an identity `rid`, a token made for that one request (each
+-- sending of a claim has its own), and a write that changed something
+-- keeps its answer in REQUESTS under that identity, as two members scored
+-- with when they may be forgotten: '<rid>' and '<rid>\n<answer>'. A second
+-- execution finds it, writes nothing and returns that answer. A write that
+-- changed nothing keeps nothing: a second execution of it is then the only
+-- one that counts. `rid` is '' on a single server, whose connection never
+-- sends a request twice: nothing is read or kept there.
 
 -- The answer kept for `rid`, or nil when this is its first execution.
 -- Reads REQUESTS (a key of another type fails here, before any write).
