@@ -132,7 +132,16 @@ async fn every_cold_operation_is_wrongtype(q: &RedisQueue<u64>, key: &str) {
     assert_wrongtype(q.purge().await, &at("purge"));
 }
 
-const SUFFIXES: [&str; 6] = ["schedule", "entries", "leases", "dead", "seq", "schedules"];
+const SUFFIXES: [&str; 8] = [
+    "schedule",
+    "entries",
+    "leases",
+    "dead",
+    "seq",
+    "schedules",
+    "given_up",
+    "requests",
+];
 
 #[tokio::test]
 async fn a_queue_with_a_key_of_a_foreign_type_does_not_build() {

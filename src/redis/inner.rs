@@ -11,6 +11,12 @@
 //! leaves the token *in doubt*, and the next claim of the handle gives back
 //! whatever that token holds, without counting the attempt. Either way, no
 //! attempt is spent on an entry nobody saw.
+//!
+//! On a cluster every write, each sending of a claim included, also carries
+//! a request identity of its own from [`identify`](Inner::identify): the
+//! server keeps the answer under it, so a sending that the cluster client
+//! repeats by itself (see `scripts/lib/requests.lua`) leases nothing more
+//! and answers as the first execution did.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -139,6 +145,36 @@ impl Inner {
         invocation
     }
 
+    /// How long the store keeps a write's answer for a second execution of
+    /// it, in ms: twice the response timeout on a cluster, whose client
+    /// sends a request again by itself after a dropped connection (as long
+    /// as its caller waits: a response timeout); 0 on a single server,
+    /// whose connection never sends a request twice (nothing is kept). See
+    /// `scripts/lib/requests.lua`.
+    fn keep_ms(&self) -> u64 {
+        if self.conn.is_cluster() {
+            millis(self.conn.response_timeout())
+                .saturating_mul(2)
+                .max(1)
+        } else {
+            0
+        }
+    }
+
+    /// Adds a write's identity and how long its answer is kept (see
+    /// [`keep_ms`](Self::keep_ms)): a token made for this one call on a
+    /// cluster, nothing on a single server.
+    pub(crate) fn identify(&self, invocation: &mut ScriptInvocation<'_>) {
+        let keep = self.keep_ms();
+        if keep == 0 {
+            invocation.arg("").arg(0);
+        } else {
+            invocation
+                .arg(&*crate::durable::store::new_token())
+                .arg(keep);
+        }
+    }
+
     pub(crate) async fn run<R: FromRedisValue>(
         &self,
         invocation: &ScriptInvocation<'_>,
@@ -242,8 +278,11 @@ impl Inner {
             .arg(self.max_attempts)
             .arg(&*attempt.token)
             .arg(previous.unwrap_or(-1))
-            .arg(&self.keys.channel)
-            .arg(releases.ops.len() + ops.len());
+            .arg(&self.keys.channel);
+        // Each sending is a request of its own: the ops it carries may
+        // differ from an earlier sending's.
+        self.identify(&mut invocation);
+        invocation.arg(releases.ops.len() + ops.len());
         for release in &releases.ops {
             push_op(&mut invocation, release);
         }
@@ -312,10 +351,9 @@ impl Inner {
         let releases = release.then(|| Releases::take(&self.in_doubt));
         let mut invocation = self.script(&SCRIPTS.finish);
         let doubts = releases.as_ref().map_or(0, |r| r.ops.len());
-        invocation
-            .arg(self.max_attempts)
-            .arg(&self.keys.channel)
-            .arg(doubts + ops.len());
+        invocation.arg(self.max_attempts).arg(&self.keys.channel);
+        self.identify(&mut invocation);
+        invocation.arg(doubts + ops.len());
         for release in releases.iter().flat_map(|r| &r.ops) {
             push_op(&mut invocation, release);
         }

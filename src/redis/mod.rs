@@ -59,6 +59,7 @@
 //! | `punctual:{name}:seq` | string | the sequence counter |
 //! | `punctual:{name}:schedules` | hash | name → a recurring schedule's spec |
 //! | `punctual:{name}:given_up` | sorted set | token → when, for an hour: claims given up on or sent again, whose late first sending must lease nothing |
+//! | `punctual:{name}:requests` | sorted set | on a cluster only: `<request id>` and `<request id>\n<answer>` → when they may be forgotten: the answers of recent writes, for a second execution of one (see "Requests sent twice") |
 //!
 //! An entry's record is `attempt,token,since,deadline,tick,member`: the
 //! deliveries so far; the token of the claim that holds its lease and when
@@ -97,6 +98,62 @@
 //! That give-back, and a claim sent again, record the token in `given_up`:
 //! a first sending of it that reaches the server later (after a reconnect)
 //! leases nothing.
+//!
+//! # Requests sent twice
+//!
+//! A write must not apply twice when its request reaches the server twice.
+//! How that holds depends on the connection:
+//!
+//! - **A single server.** The queue's own connection never sends a request
+//!   again: a request whose reply is lost returns `Err`, having run once or
+//!   not at all. Only the consumers send a claim again, on purpose, with
+//!   its token and the `recover` bound above. Nothing else is recorded, and
+//!   a write costs what it always did.
+//! - **A Redis Cluster.** redis-rs's cluster connection sends a request
+//!   again by itself after its connection to a node dropped (it reconnects
+//!   first), and the first sending may have run; turning that off would
+//!   also turn off its `MOVED`/`ASK` redirects. So every write carries a
+//!   request identity, a token made for that one request as a claim's
+//!   token is (a claim sent again by its consumer is a new request with a
+//!   new identity, and the same claim token). A write that changed
+//!   something keeps its answer under that identity in `requests` for
+//!   twice the [`response_timeout`](RedisQueueBuilder::response_timeout)
+//!   (the cluster connection gives up a request whose caller stopped
+//!   waiting, after at most one response timeout). A second execution of
+//!   it finds the answer, changes nothing and returns it:
+//!   - [`insert`](RedisQueue::insert), [`insert_at`](RedisQueue::insert_at),
+//!     [`insert_with_id`](RedisQueue::insert_with_id) and
+//!     [`insert_many`](RedisQueue::insert_many) insert once and return the
+//!     ids (and `true`) of the first execution, even if the entries were
+//!     taken and acked in between;
+//!   - a claim (`take*`, `stream()`, a [`Worker`](crate::durable::Worker))
+//!     leases nothing more and returns what the first execution leased and
+//!     still holds, and the first's results of the finishes it carried;
+//!   - [`ack`](Delivery::ack), [`retry`](Delivery::retry) and a worker's
+//!     finishes, [`remove`](RedisQueue::remove),
+//!     [`reset`](RedisQueue::reset), [`requeue_dead`](RedisQueue::requeue_dead),
+//!     [`schedule_every`](RedisQueue::schedule_every),
+//!     `schedule_cron` and
+//!     [`unschedule`](RedisQueue::unschedule) return the first's answer
+//!     (an ack that applied says so, not "lease lost").
+//!
+//!   A write that changed nothing (a remove of an absent id, an
+//!   `insert_with_id` of a taken one, a claim that found nothing due and
+//!   carried no finish) keeps nothing: its second execution is the only
+//!   one that counts, as one call made at that moment. Two writes keep
+//!   nothing by design: a second [`extend`](Delivery::extend) pushes the
+//!   lease end again, to its own now + lease (what one extension a moment
+//!   later makes, and the end the delivery is told), and a second
+//!   [`purge`](RedisQueue::purge) also deletes what was written between
+//!   the two (as one purge at that later moment would: the call had not
+//!   returned). On a cluster a write costs three more commands inside its
+//!   script (a read of its identity, the answer's `ZADD`, a read to forget
+//!   old answers), and `requests` holds two members for each recent write
+//!   that changed something. An answer kept on a primary that fails before
+//!   replicating it is lost with the write it describes.
+//!
+//! A call that returns `Err` (its caller stopped waiting) may still have
+//! applied once, on either kind of deployment, as said above.
 //!
 //! Announcements are best effort: a user whose ACL forbids the queue's
 //! channel (Redis 7 gives new users no channels) still inserts, retries and
@@ -158,6 +215,8 @@
 //! over nodes: use several queue names to spread load; they spread over
 //! the primaries by their slots. Announcements use plain pub/sub, which a
 //! cluster forwards to every node, so a consumer subscribes on a seed node.
+//! A request the cluster connection sends twice applies once (see
+//! "Requests sent twice").
 //! During a failover of the queue's primary, or a migration of its slot,
 //! producer calls may return `Err` (`TRYAGAIN`, `CLUSTERDOWN`, a timeout)
 //! and consumers and workers wait and retry. Replication is asynchronous:

@@ -190,13 +190,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     async fn put(&self, id: &str, value: &T, kind: &str, ms: u64) -> Result<(bool, String), Error> {
         let json = serde_json::to_string(value).map_err(Error::Encode)?;
         let mut invocation = self.inner.script(&SCRIPTS.insert);
-        invocation
-            .arg(&self.inner.keys.channel)
-            .arg(1)
-            .arg(id)
-            .arg(json)
-            .arg(kind)
-            .arg(ms);
+        invocation.arg(&self.inner.keys.channel);
+        self.inner.identify(&mut invocation);
+        invocation.arg(1).arg(id).arg(json).arg(kind).arg(ms);
         let (inserted, id): (bool, String) = self.inner.run(&invocation).await?;
         Ok((inserted, id))
     }
@@ -221,6 +217,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         check_id(id)?;
         let mut invocation = self.inner.script(&SCRIPTS.remove);
         invocation.arg(id).arg("e");
+        self.inner.identify(&mut invocation);
         self.inner.run(&invocation).await
     }
 
@@ -251,6 +248,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             .arg(id)
             .arg(millis(delay))
             .arg(&self.inner.keys.channel);
+        self.inner.identify(&mut invocation);
         self.inner.run(&invocation).await
     }
 
@@ -510,6 +508,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             .arg(id)
             .arg(millis(delay))
             .arg(&self.inner.keys.channel);
+        self.inner.identify(&mut invocation);
         self.inner.run(&invocation).await
     }
 

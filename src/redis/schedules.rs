@@ -49,15 +49,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             .collect::<Result<Vec<_>, _>>()?;
         let inner = self.inner();
         let mut invocation = inner.script(&SCRIPTS.insert);
-        invocation.arg(&inner.keys.channel).arg(entries.len());
+        invocation.arg(&inner.keys.channel);
+        inner.identify(&mut invocation);
+        invocation.arg(entries.len());
         for ((_, delay), json) in entries.iter().zip(&json) {
             invocation.arg("").arg(json).arg("d").arg(millis(*delay));
         }
-        let reply: Vec<Value> = inner.run(&invocation).await?;
-        reply
-            .chunks(2)
-            .map(|pair| parse::<String>(pair[1].clone()))
-            .collect()
+        // {inserted, id, ...}: the ids, in order.
+        let reply: Vec<(i64, String)> = inner.run(&invocation).await?;
+        Ok(reply.into_iter().map(|(_, id)| id).collect())
     }
 
     /// Creates or changes the schedule `name`: a tick every `period`, on a
@@ -166,6 +166,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 .arg(&json)
                 .arg(&cands)
                 .arg(&inner.keys.channel);
+            inner.identify(&mut invocation);
             match inner.run::<Value>(&invocation).await? {
                 Value::Int(changed) => return Ok(changed == 1),
                 other => {
@@ -195,6 +196,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         check_id(name)?;
         let mut invocation = self.inner().script(&SCRIPTS.remove);
         invocation.arg(name).arg("s");
+        self.inner().identify(&mut invocation);
         self.inner().run(&invocation).await
     }
 

@@ -1,7 +1,7 @@
 //! The server-side Lua scripts: every operation on a queue is one of them,
 //! in `scripts/<operation>.lua`, each opening with its KEYS, ARGV and reply.
 //!
-//! Each script gets the queue's seven keys in the order of [`Keys`] and reads
+//! Each script gets the queue's eight keys in the order of [`Keys`] and reads
 //! the clock with `TIME`, so every process agrees on what is due. A script
 //! that fails half way leaves its first writes in place, so each one checks
 //! the type of every key it writes before its first write: the hot ones
@@ -17,8 +17,9 @@ use redis::Script;
 #[derive(Debug)]
 pub(crate) struct Keys {
     /// `schedule`, `entries`, `leases`, `dead`, `seq`, `schedules`,
-    /// `given_up`, in the order the scripts expect them as `KEYS[1..=7]`.
-    pub(crate) all: [String; 7],
+    /// `given_up`, `requests`, in the order the scripts expect them as
+    /// `KEYS[1..=8]`.
+    pub(crate) all: [String; 8],
     /// The pub/sub channel announcing a new head.
     pub(crate) channel: String,
 }
@@ -35,6 +36,7 @@ impl Keys {
                 key("seq"),
                 key("schedules"),
                 key("given_up"),
+                key("requests"),
             ],
             channel: key("wake"),
         }
@@ -76,20 +78,37 @@ pub(crate) struct Scripts {
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    insert: Script::new(lua!("insert", "now_ms", "place")),
-    claim: Script::new(lua!("claim", "now_ms", "place", "held", "ticks", "finish")),
-    finish: Script::new(lua!("finish", "now_ms", "place", "held", "ticks", "finish")),
+    insert: Script::new(lua!("insert", "now_ms", "place", "requests")),
+    claim: Script::new(lua!(
+        "claim", "now_ms", "place", "held", "ticks", "finish", "requests"
+    )),
+    finish: Script::new(lua!(
+        "finish", "now_ms", "place", "held", "ticks", "finish", "requests"
+    )),
     extend: Script::new(lua!("extend", "now_ms", "place", "held")),
-    remove: Script::new(lua!("remove", "check_all")),
-    reset: Script::new(lua!("reset", "check_all", "now_ms", "place")),
+    remove: Script::new(lua!("remove", "check_all", "now_ms", "requests")),
+    reset: Script::new(lua!("reset", "check_all", "now_ms", "place", "requests")),
     deadline: Script::new(lua!("deadline", "check_all")),
     stats: Script::new(lua!("stats", "check_all", "now_ms")),
     dead_letters: Script::new(lua!("dead_letters", "check_all")),
-    requeue_dead: Script::new(lua!("requeue_dead", "check_all", "now_ms", "place")),
+    requeue_dead: Script::new(lua!(
+        "requeue_dead",
+        "check_all",
+        "now_ms",
+        "place",
+        "requests"
+    )),
     purge: Script::new(lua!("purge", "check_all")),
     check: Script::new(lua!("check", "check_all")),
     rights: Script::new(lua!("rights")),
-    schedule: Script::new(lua!("schedule", "check_all", "now_ms", "place", "ticks")),
+    schedule: Script::new(lua!(
+        "schedule",
+        "check_all",
+        "now_ms",
+        "place",
+        "ticks",
+        "requests"
+    )),
     schedules: Script::new(lua!("schedules", "check_all")),
     now: Script::new(lua!("now", "now_ms")),
 });

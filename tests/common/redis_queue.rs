@@ -148,24 +148,33 @@ pub fn finish(child: &mut Child, patience: Duration) -> (ExitStatus, String, Str
 /// The SHA1 of the claim script as `src/redis/scripts.rs` assembles it (a
 /// proxy matches a claim by it: a request carries the script's SHA only).
 pub fn claim_sha() -> String {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/redis/scripts/");
-    let mut text = Vec::new();
-    for f in [
+    script_sha(&[
         "lib/prelude.lua",
         "lib/now_ms.lua",
         "lib/place.lua",
         "lib/held.lua",
         "lib/ticks.lua",
         "lib/finish.lua",
+        "lib/requests.lua",
         "claim.lua",
-    ] {
+    ])
+}
+
+/// The SHA1 of the script made of `files` (under `src/redis/scripts/`), in
+/// order, as `src/redis/scripts.rs` puts them together.
+pub fn script_sha(files: &[&str]) -> String {
+    use std::io::Write;
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/redis/scripts/");
+    let mut text = Vec::new();
+    for f in files {
         text.extend(std::fs::read(format!("{dir}{f}")).unwrap());
     }
-    let tmp = std::env::temp_dir().join(format!("claim-{}.lua", std::process::id()));
-    std::fs::write(&tmp, &text).unwrap();
-    let out = std::process::Command::new("sha1sum")
-        .arg(&tmp)
-        .output()
+    let mut sha = std::process::Command::new("sha1sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    sha.stdin.take().unwrap().write_all(&text).unwrap();
+    let out = sha.wait_with_output().unwrap();
     String::from_utf8(out.stdout).unwrap()[..40].to_owned()
 }

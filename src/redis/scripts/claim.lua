@@ -1,9 +1,10 @@
 -- CLAIM: finishes deliveries (see finish), then leases up to `max` due
 -- entries, in order, to the claim `token`.
--- KEYS: the queue's seven keys. ARGV: max, lease ms, max attempts (0 = no
+-- KEYS: the queue's eight keys. ARGV: max, lease ms, max attempts (0 = no
 -- limit), token, recover (-1, or a lower bound of this claim's lease end
--- when it is sent again after its reply was lost), channel, number of ops,
--- then 6 fields per op (kind, id, token, ms, reason, cands).
+-- when it is sent again after its reply was lost), channel, request id (''
+-- on a single server) and ms to keep the answer (see lib/requests.lua),
+-- number of ops, then 6 fields per op (kind, id, token, ms, reason, cands).
 -- Returns {now, head score or -1, {op results}, {items}}, an item being
 -- {id, value, attempt, deadline, lease end, schedule record or '', reason
 -- to bury it or ''}. An entry past max attempts goes to the dead letters
@@ -11,10 +12,13 @@
 -- successor needs the client's cron instants).
 -- Atomic: no two claims lease one entry. A claim sent again with its token
 -- returns what it leased the first time, if it ran: a lost reply never costs
--- an attempt of an entry nobody saw.
+-- an attempt of an entry nobody saw. On a cluster, a second execution of
+-- one sending (the client sent the same request again by itself) leases
+-- nothing new and answers as the first did.
 local now = now_ms()
 local max, lease, limit, token = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local recover, channel, n_ops = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
+local recover, channel = tonumber(ARGV[5]), ARGV[6]
+local rid, keep, n_ops = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
 
 -- A first sending that lands after its claim was given up on, or sent
 -- again, leases nothing (the resend leases for the claim). A resend marks
@@ -26,6 +30,9 @@ else
   local e = ensure(GIVEN_UP, 'zset')
   if e then return e end
 end
+-- What this sending answered if it ran already: '<lease end or
+-- nothing>:<op result codes>'. Reads REQUESTS.
+local kept = recall(rid)
 
 -- With ops, every key the claim may write is checked first: the ops are
 -- applied before the claim's own checks, and must not be left applied by a
@@ -35,8 +42,14 @@ if n_ops > 0 or recover >= 0 then
     or ensure(SCHEDULES, 'hash')
   if e then return e end
 end
-local results, err = finish_all(8, n_ops, now, limit, channel)
+local results, err = finish_all(10, n_ops, now, limit, channel)
 if err then return err end
+local kept_end = nil
+if kept then
+  local lease_end, codes = string.match(kept, '^(%d*):(.*)$')
+  first_results(results, codes)
+  kept_end = tonumber(lease_end)
+end
 
 local function reply(items, head_score)
   if not head_score then
@@ -49,12 +62,11 @@ local function item(id, value, e, lease_until, rec, why)
   return {id, value or false, e.attempt, e.deadline or 0, lease_until, rec or '', why or ''}
 end
 
-if stale then return reply({}) end
-
-if recover >= 0 then
-  mark(token, now)
-  -- The leases this token was granted, if the first sending ran.
-  local leased = redis.call('ZRANGEBYSCORE', LEASES, recover, '+inf', 'WITHSCORES')
+-- What this token holds among the leases ending from `from` to `to`, in the
+-- order a claim takes them: due time, then member (whose sequence keeps
+-- equal due times FIFO).
+local function held_leases(from, to)
+  local leased = redis.call('ZRANGEBYSCORE', LEASES, from, to, 'WITHSCORES')
   local items, members = {}, {}
   for i = 1, #leased, 2 do
     local id = leased[i]
@@ -71,21 +83,46 @@ if recover >= 0 then
       members[items[#items]] = e.member
     end
   end
-  if #items > 0 then
-    -- In the order the first sending took them: due time, then member
-    -- (whose sequence keeps equal due times FIFO).
-    table.sort(items, function(a, b)
-      if a[4] ~= b[4] then return a[4] < b[4] end
-      return members[a] < members[b]
-    end)
-    return reply(items)
+  table.sort(items, function(a, b)
+    if a[4] ~= b[4] then return a[4] < b[4] end
+    return members[a] < members[b]
+  end)
+  return items
+end
+
+if stale then return reply({}) end
+
+if kept then
+  if recover >= 0 then mark(token, now) end
+  -- The first execution's leases (all end at one instant), those its token
+  -- still holds; nothing new.
+  if kept_end then return reply(held_leases(kept_end, kept_end)) end
+  return reply({})
+end
+
+if recover >= 0 then
+  mark(token, now)
+  -- The leases this token was granted, if the first sending ran.
+  local items = held_leases(recover, '+inf')
+  if #items > 0 then return reply(items) end
+end
+
+-- What this claim answers to a second execution of it, if it changed
+-- something (`lease_end`: when the leases it granted end, if any).
+local function keep_answer(lease_end)
+  local codes, changed = result_codes(results)
+  if lease_end or changed then
+    remember(rid, keep, (lease_end or '') .. ':' .. codes, now)
   end
 end
 
 -- One more than asked: if it comes, more are due and no head lookup is needed.
 local due = redis.call('ZRANGEBYSCORE', SCHEDULE, '-inf', now, 'WITHSCORES', 'LIMIT', 0, max + 1)
 local n = math.min(#due / 2, max)
-if n == 0 then return reply({}) end
+if n == 0 then
+  keep_answer(nil)
+  return reply({})
+end
 
 -- Reads first: a key of another type fails here, before any write.
 local fields, ids = {}, {}
@@ -141,5 +178,6 @@ for _, b in ipairs(burying) do
   bury(id, e, 'not acked after ' .. limit .. ' deliveries', now)
   if next then successor(id, next, channel) end
 end
+keep_answer(#leases > 0 and lease_arg or nil)
 if #due > 2 * n and #burying == 0 then return reply(items, tonumber(due[#due])) end
 return reply(items)

@@ -1,5 +1,5 @@
 -- EXTEND: pushes the end of held leases to now + lease.
--- KEYS: the queue's seven keys. ARGV: lease ms, channel, then id and token of
+-- KEYS: the queue's eight keys. ARGV: lease ms, channel, then id and token of
 -- each delivery.
 -- Returns each new lease end (ms), or 0 where the lease was lost.
 -- Atomic: the lease checks and the moves run as one script. A lease end

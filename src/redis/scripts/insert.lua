@@ -1,12 +1,30 @@
 -- INSERT: schedules new entries, all in one step.
--- KEYS: the queue's seven keys. ARGV: channel, number of entries, then 4
--- fields per entry: id ('' to generate one), value (JSON), 'd' (ms is a
--- delay) or 'a' (ms is a time), ms.
+-- KEYS: the queue's eight keys. ARGV: channel, request id ('' on a single
+-- server) and ms to keep the answer (see lib/requests.lua), number of
+-- entries, then 4 fields per entry: id ('' to generate one), value (JSON),
+-- 'd' (ms is a delay) or 'a' (ms is a time), ms.
 -- Returns {inserted, id, ...}: 1 and the id, or 0 and the id when an entry
--- with that id exists (it is left unchanged).
+-- with that id exists (it is left unchanged). A second execution of a
+-- request that inserted returns the first's answer and inserts nothing.
 -- Atomic: the id checks and the writes run as one script; every key is
 -- read before the first write, so a key of another type fails it before.
-local channel, n = ARGV[1], tonumber(ARGV[2])
+local channel, rid, keep, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local FIRST = 5
+-- Kept: per entry, its generated id, or 1 or 0 for an id given.
+local kept = recall(rid)
+if kept then
+  local out, i = {}, 0
+  for part in string.gmatch(kept, '[^,]+') do
+    local id = ARGV[FIRST + 4 * i]
+    if id == '' then
+      out[2 * i + 1], out[2 * i + 2] = 1, part
+    else
+      out[2 * i + 1], out[2 * i + 2] = tonumber(part), id
+    end
+    i = i + 1
+  end
+  return out
+end
 local now = now_ms()
 local old_head = head()
 local e = check_seq()
@@ -16,7 +34,7 @@ local seq = tonumber(redis.call('GET', SEQ) or '0')
 -- looked up in one read.
 local probe, generated = {}, 0
 for i = 0, n - 1 do
-  local id = ARGV[3 + 4 * i]
+  local id = ARGV[FIRST + 4 * i]
   if id == '' then
     generated = generated + 1
     id = '#' .. int(seq + generated)
@@ -30,7 +48,7 @@ for i = 1, n do
 end
 local out, fields, members, taken, earliest = {}, {}, {}, {}, nil
 for i = 0, n - 1 do
-  local o = 3 + 4 * i
+  local o = FIRST + 4 * i
   local id, at = ARGV[o], tonumber(ARGV[o + 3])
   if ARGV[o + 2] == 'd' then at = at + now end
   local fresh = true
@@ -65,4 +83,11 @@ redis.call('SET', SEQ, int(seq))
 call_sliced('HSET', ENTRIES, fields)
 call_sliced('ZADD', SCHEDULE, members)
 announce(channel, earliest, old_head)
+if rid ~= '' then
+  local parts = {}
+  for i = 0, n - 1 do
+    parts[i + 1] = ARGV[FIRST + 4 * i] == '' and out[2 * i + 2] or int(out[2 * i + 1])
+  end
+  remember(rid, keep, table.concat(parts, ','), now)
+end
 return out

@@ -1,5 +1,5 @@
 -- SCHEDULES: lists every schedule of the queue.
--- KEYS: the queue's seven keys. ARGV: none.
+-- KEYS: the queue's eight keys. ARGV: none.
 -- Returns {{name, record, value, next (ms) or -1 while leased or absent}, ...}.
 local err = check_all()
 if err then return err end

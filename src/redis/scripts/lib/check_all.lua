@@ -2,5 +2,5 @@
 local function check_all()
   return ensure(SCHEDULE, 'zset') or ensure(ENTRIES, 'hash') or ensure(LEASES, 'zset')
     or ensure(DEAD, 'zset') or ensure(SEQ, 'string') or ensure(SCHEDULES, 'hash')
-    or ensure(GIVEN_UP, 'zset')
+    or ensure(GIVEN_UP, 'zset') or ensure(REQUESTS, 'zset')
 end

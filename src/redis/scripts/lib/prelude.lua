@@ -1,4 +1,4 @@
--- Every script starts with this: names for the queue's keys (KEYS[1..7], in
+-- Every script starts with this: names for the queue's keys (KEYS[1..8], in
 -- the order of `Keys` in scripts.rs), `ensure`, `int` and the entry record.
 --
 -- Redis does not roll a script back when a command in it fails: the writes
@@ -6,8 +6,8 @@
 -- key it writes before its first write, by a read it needs anyway (a read of
 -- a key of another type fails), by making that key's write the first one,
 -- or by `ensure`.
-local SCHEDULE, ENTRIES, LEASES, DEAD, SEQ, SCHEDULES, GIVEN_UP =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local SCHEDULE, ENTRIES, LEASES, DEAD, SEQ, SCHEDULES, GIVEN_UP, REQUESTS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 
 -- An error reply if `key` holds something other than `want`.
 local function ensure(key, want)
