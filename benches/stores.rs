@@ -77,7 +77,11 @@ async fn drain<Q: Durable<Item = u64>>(queue: &Q) -> f64 {
     let done = worker.shutdown(Duration::from_secs(1)).await;
     assert_eq!(done.completed, N, "{done:?}");
     let left = queue.stats().await.expect("stats");
-    assert_eq!(left.pending + left.due + left.leased + left.dead, 0, "{left:?}");
+    assert_eq!(
+        left.pending + left.due + left.leased + left.dead,
+        0,
+        "{left:?}"
+    );
     N as f64 / took.as_secs_f64()
 }
 
@@ -169,7 +173,11 @@ fn main() {
         }
     });
     let mut bytes: Vec<f64> = (0..3).map(|_| in_child("bytes")[0]).collect();
-    let (m, rd, s) = (median(&mut memory), median(&mut redis), median(&mut scheduler));
+    let (m, rd, s) = (
+        median(&mut memory),
+        median(&mut redis),
+        median(&mut scheduler),
+    );
     println!();
     println!(
         "# Durable worker on each store, {N} jobs, concurrency {CONCURRENCY}; medians of {r}; {} CPUs",
@@ -185,8 +193,14 @@ fn main() {
             .join(", ")
     };
     println!("| `Worker` on `MemoryQueue` | {m:.0} | {} |", list(&memory));
-    println!("| `Worker` on `RedisQueue` (local redis-server) | {rd:.0} | {} |", list(&redis));
-    println!("| `Scheduler`, one-shot jobs | {s:.0} | {} |", list(&scheduler));
+    println!(
+        "| `Worker` on `RedisQueue` (local redis-server) | {rd:.0} | {} |",
+        list(&redis)
+    );
+    println!(
+        "| `Scheduler`, one-shot jobs | {s:.0} | {} |",
+        list(&scheduler)
+    );
     println!();
     println!(
         "memory / redis: {:.1}x (bar: >= 10x: {})",

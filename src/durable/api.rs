@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::ScheduleInfo;
 use super::store::Sealed;
+use super::{Cursor, EntryInfo, EntryState, Page, ScheduleInfo};
 use crate::MissedTicks;
 
 /// Counts of a durable queue's entries by state, from `stats()` (on every
@@ -173,6 +173,41 @@ pub trait Durable: Sealed<Value = <Self as Durable>::Item> + Clone + Send + Sync
         id: &str,
         delay: Duration,
     ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// Every dead letter back as pending, attempts reset; how many.
+    fn requeue_all_dead(
+        &self,
+        delay: Duration,
+    ) -> impl Future<Output = Result<u64, Self::Error>> + Send;
+
+    /// Deletes every dead letter; how many.
+    fn clear_dead(&self) -> impl Future<Output = Result<u64, Self::Error>> + Send;
+
+    /// One page of the entries in `state`, after `cursor`.
+    fn entries(
+        &self,
+        state: EntryState,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Page<Self::Item>, Self::Error>> + Send;
+
+    /// Entry `id` in any state.
+    fn entry(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<EntryInfo<Self::Item>>, Self::Error>> + Send;
+
+    /// Stops every consumer from taking anything; whether it was running.
+    fn pause(&self) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// Lets consumers take again; whether it was paused.
+    fn resume(&self) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// Whether the queue is paused.
+    fn is_paused(&self) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// Makes schedule `name`'s pending tick due now.
+    fn run_now(&self, name: &str) -> impl Future<Output = Result<bool, Self::Error>> + Send;
 }
 
 /// Implements [`Durable`] for a store's queue by its inherent methods of
@@ -301,6 +336,55 @@ macro_rules! durable_by_inherent_methods {
                 delay: ::std::time::Duration,
             ) -> impl ::std::future::Future<Output = Result<bool, Error>> + Send {
                 $queue::requeue_dead(self, id, delay)
+            }
+
+            fn requeue_all_dead(
+                &self,
+                delay: ::std::time::Duration,
+            ) -> impl ::std::future::Future<Output = Result<u64, Error>> + Send {
+                $queue::requeue_all_dead(self, delay)
+            }
+
+            fn clear_dead(&self) -> impl ::std::future::Future<Output = Result<u64, Error>> + Send {
+                $queue::clear_dead(self)
+            }
+
+            fn entries(
+                &self,
+                state: $crate::durable::EntryState,
+                cursor: Option<&$crate::durable::Cursor>,
+                limit: usize,
+            ) -> impl ::std::future::Future<Output = Result<$crate::durable::Page<T>, Error>> + Send
+            {
+                $queue::entries(self, state, cursor, limit)
+            }
+
+            fn entry(
+                &self,
+                id: &str,
+            ) -> impl ::std::future::Future<
+                Output = Result<Option<$crate::durable::EntryInfo<T>>, Error>,
+            > + Send {
+                $queue::entry(self, id)
+            }
+
+            fn pause(&self) -> impl ::std::future::Future<Output = Result<bool, Error>> + Send {
+                $queue::pause(self)
+            }
+
+            fn resume(&self) -> impl ::std::future::Future<Output = Result<bool, Error>> + Send {
+                $queue::resume(self)
+            }
+
+            fn is_paused(&self) -> impl ::std::future::Future<Output = Result<bool, Error>> + Send {
+                $queue::is_paused(self)
+            }
+
+            fn run_now(
+                &self,
+                name: &str,
+            ) -> impl ::std::future::Future<Output = Result<bool, Error>> + Send {
+                $queue::run_now(self, name)
             }
         }
     };

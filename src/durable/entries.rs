@@ -157,7 +157,13 @@ pub(crate) struct At {
 impl At {
     /// A cursor after (`score`, `tie`) in `state` of queue `name` of store
     /// `store`.
-    pub(crate) fn cursor(store: &str, name: &str, state: EntryState, score: u64, tie: &str) -> Cursor {
+    pub(crate) fn cursor(
+        store: &str,
+        name: &str,
+        state: EntryState,
+        score: u64,
+        tie: &str,
+    ) -> Cursor {
         let hex: String = tie.bytes().map(|b| format!("{b:02x}")).collect();
         Cursor(format!(
             "1{}.{score}.{hex}.{:08x}",
@@ -220,6 +226,48 @@ impl At {
     }
 }
 
+/// One entry as a store reads it, before its value is decoded.
+#[derive(Debug)]
+pub(crate) struct Row {
+    pub(crate) id: String,
+    pub(crate) state: EntryState,
+    /// Its place in its state's order: its due time (pending, due), lease
+    /// end (leased) or time of death (dead), in ms.
+    pub(crate) score: u64,
+    /// When its last delivery was due, if it had one.
+    pub(crate) deadline: Option<u64>,
+    pub(crate) attempt: u32,
+    pub(crate) tick: bool,
+    pub(crate) reason: Option<String>,
+    /// The stored JSON.
+    pub(crate) value: Option<String>,
+}
+
+impl Row {
+    /// The entry as an operator sees it.
+    pub(crate) fn info<T: serde::de::DeserializeOwned>(self) -> EntryInfo<T> {
+        let at = |ms: u64| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+        let last = self.deadline.unwrap_or(self.score);
+        EntryInfo {
+            state: self.state,
+            due: at(match self.state {
+                EntryState::Pending | EntryState::Due => self.score,
+                EntryState::Leased | EntryState::Dead => last,
+            }),
+            lease_until: (self.state == EntryState::Leased).then(|| at(self.score)),
+            died_at: (self.state == EntryState::Dead).then(|| at(self.score)),
+            attempt: self.attempt,
+            schedule: self.tick.then(|| self.id.clone()),
+            last_error: self.reason,
+            value: self
+                .value
+                .as_deref()
+                .and_then(|json| serde_json::from_str(json).ok()),
+            id: self.id,
+        }
+    }
+}
+
 /// The most entries one page holds.
 pub(crate) const MAX_PAGE: usize = 1000;
 
@@ -240,7 +288,13 @@ mod tests {
 
     #[test]
     fn cursors_read_back_and_belong_to_one_state_of_one_queue() {
-        let c = At::cursor("memory", "jobs", EntryState::Due, 1_700_000_000_000, "#12 é");
+        let c = At::cursor(
+            "memory",
+            "jobs",
+            EntryState::Due,
+            1_700_000_000_000,
+            "#12 é",
+        );
         let text = c.to_string();
         let back: Cursor = text.parse().unwrap();
         assert_eq!(back, c);
@@ -249,7 +303,14 @@ mod tests {
         assert!(At::of(&back, "memory", "other", EntryState::Due).is_err());
         assert!(At::of(&back, "redis", "jobs", EntryState::Due).is_err());
         assert!(At::of(&back, "memory", "jobs", EntryState::Dead).is_err());
-        for bad in ["", "x", "1d.1.00", "1q.1.00.00000000", "1d.x.00.00000000", "1d.1.0.00000000"] {
+        for bad in [
+            "",
+            "x",
+            "1d.1.00",
+            "1q.1.00.00000000",
+            "1d.x.00.00000000",
+            "1d.1.0.00000000",
+        ] {
             assert!(bad.parse::<Cursor>().is_err(), "{bad:?}");
         }
     }

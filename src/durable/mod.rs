@@ -90,7 +90,7 @@ mod worker;
 pub(crate) use api::durable_by_inherent_methods;
 pub use api::{DeadLetter, Durable, QueueStats};
 pub use backoff::Backoff;
-pub(crate) use entries::{At, MAX_PAGE};
+pub(crate) use entries::{At, MAX_PAGE, Row};
 pub use entries::{Cursor, EntryInfo, EntryState, InvalidCursor, Page};
 pub use job::Job;
 pub use outcome::Outcome;

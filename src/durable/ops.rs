@@ -319,3 +319,36 @@ impl Refused {
         }
     }
 }
+
+/// A handle's dead-letter retention (`dead_max_age`, `dead_max_count` on
+/// every builder): applied right after each death through that handle.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Retention {
+    pub(crate) max_age: Option<Duration>,
+    pub(crate) max_count: Option<u64>,
+}
+
+impl Retention {
+    /// `<max age ms>,<max count>` (-1: no limit), or '' when neither is set.
+    pub(crate) fn rules(self) -> String {
+        if self.max_age.is_none() && self.max_count.is_none() {
+            return String::new();
+        }
+        let age = self
+            .max_age
+            .map_or(-1, |age| i64::try_from(millis(age)).unwrap_or(i64::MAX));
+        let count = self
+            .max_count
+            .map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
+        format!("{age},{count}")
+    }
+
+    /// The rules a Redis script takes: `<max attempts>,<max age ms>,<max
+    /// count>`, or the max attempts alone when no retention is set.
+    pub(crate) fn with_limit(self, max_attempts: u32) -> String {
+        match self.rules() {
+            rules if rules.is_empty() => max_attempts.to_string(),
+            rules => format!("{max_attempts},{rules}"),
+        }
+    }
+}

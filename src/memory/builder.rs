@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 
 use super::clock::Clock;
 use super::inner::Inner;
-use super::state::Rules;
 use super::queue::MemoryQueue;
+use super::state::Rules;
 
 /// Builds a [`MemoryQueue`]: `MemoryQueue::builder(name)`, then the
 /// settings, then [`build`](Self::build).

@@ -2,25 +2,14 @@
 //! page at a time, one entry, pause, run a schedule now, the dead letters
 //! all at once. The rules, as `state.rs` has them for the rest.
 
-use std::sync::Arc;
-
 use super::state::{Entry, Moved, State};
-use crate::durable::EntryState;
+use crate::durable::{EntryState, Row};
 
-/// One entry as a listing sees it.
+/// One entry as a listing sees it, and its place in its state's order.
 #[derive(Debug)]
 pub(crate) struct Seen {
-    pub(crate) id: String,
-    pub(crate) state: EntryState,
-    /// Its place in its state's order: (score, seq).
     pub(crate) key: (u64, u64),
-    pub(crate) due: u64,
-    pub(crate) lease_until: Option<u64>,
-    pub(crate) died_at: Option<u64>,
-    pub(crate) attempt: u32,
-    pub(crate) tick: bool,
-    pub(crate) reason: Option<String>,
-    pub(crate) value: Arc<str>,
+    pub(crate) row: Row,
 }
 
 impl State {
@@ -38,29 +27,25 @@ impl State {
     }
 
     fn seen(&self, id: &str, e: &Entry, now: u64) -> Seen {
-        let state = State::state_of(e, now);
         let value = match &e.value {
-            Some(value) => Arc::clone(value),
+            Some(value) => value.to_string(),
             None => self
                 .schedules
                 .get(id)
-                .map_or_else(|| Arc::from("null"), |s| Arc::clone(&s.value)),
+                .map_or_else(|| "null".to_owned(), |s| s.value.to_string()),
         };
-        let last = e.deadline.unwrap_or(e.key.0);
         Seen {
-            id: id.to_owned(),
-            state,
             key: e.key,
-            due: match state {
-                EntryState::Pending | EntryState::Due => e.key.0,
-                EntryState::Leased | EntryState::Dead => last,
+            row: Row {
+                id: id.to_owned(),
+                state: State::state_of(e, now),
+                score: e.key.0,
+                deadline: e.deadline,
+                attempt: e.attempt,
+                tick: e.tick.is_some(),
+                reason: e.reason.clone(),
+                value: Some(value),
             },
-            lease_until: (state == EntryState::Leased).then_some(e.key.0),
-            died_at: e.dead.then_some(e.key.0),
-            attempt: e.attempt,
-            tick: e.tick.is_some(),
-            reason: e.reason.clone(),
-            value,
         }
     }
 
@@ -84,7 +69,11 @@ impl State {
         use std::ops::Bound::{Excluded, Included, Unbounded};
         let from = after.map_or(Unbounded, Excluded);
         let ids: Box<dyn Iterator<Item = &String> + '_> = match state {
-            EntryState::Due => Box::new(self.order.range((from, Included((now, u64::MAX)))).map(|(_, id)| id)),
+            EntryState::Due => Box::new(
+                self.order
+                    .range((from, Included((now, u64::MAX))))
+                    .map(|(_, id)| id),
+            ),
             EntryState::Pending => {
                 let from = match after {
                     Some(at) if at >= (now, u64::MAX) => Excluded(at),
@@ -102,7 +91,11 @@ impl State {
                     Some(at) if at >= (now, u64::MAX) => Excluded(at),
                     _ => Excluded((now, u64::MAX)),
                 };
-                Box::new(self.leases.range((from, Unbounded)).map(|key| &self.order[key]))
+                Box::new(
+                    self.leases
+                        .range((from, Unbounded))
+                        .map(|key| &self.order[key]),
+                )
             }
             EntryState::Dead => Box::new(self.dead.range((from, Unbounded)).map(|(_, id)| id)),
         };

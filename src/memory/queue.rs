@@ -15,7 +15,6 @@ use super::clock::{ms_of, system_time};
 use super::delivery::Delivery;
 use super::error::{Error, check_id};
 use super::inner::Inner;
-use super::operations::Seen;
 use super::state::Rules;
 use super::{DeadLetter, MemoryStats};
 use crate::MissedTicks;
@@ -579,10 +578,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
             None => None,
             Some(cursor) => {
                 let at = At::of(cursor, STORE, self.name(), state).map_err(Error::InvalidId)?;
-                let seq = at
-                    .tie
-                    .parse()
-                    .map_err(|_| Error::InvalidId(format!("cursor {cursor} is not a memory queue's")))?;
+                let seq = at.tie.parse().map_err(|_| {
+                    Error::InvalidId(format!("cursor {cursor} is not a memory queue's"))
+                })?;
                 Some((at.score, seq))
             }
         };
@@ -596,12 +594,17 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
         let (seen, more) = self
             .inner
             .read(|state_, now| state_.page(state, after, limit, now));
-        let next = seen
-            .last()
-            .filter(|_| more)
-            .map(|last| At::cursor(STORE, self.name(), state, last.key.0, &last.key.1.to_string()));
+        let next = seen.last().filter(|_| more).map(|last| {
+            At::cursor(
+                STORE,
+                self.name(),
+                state,
+                last.key.0,
+                &last.key.1.to_string(),
+            )
+        });
         Ok(Page {
-            entries: seen.into_iter().map(info).collect(),
+            entries: seen.into_iter().map(|seen| seen.row.info()).collect(),
             next,
         })
     }
@@ -613,7 +616,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
     /// [`Error::InvalidId`] for an invalid id.
     pub async fn entry(&self, id: &str) -> Result<Option<EntryInfo<T>>, Error> {
         check_id(id)?;
-        Ok(self.inner.read(|state, now| state.entry(id, now)).map(info))
+        Ok(self
+            .inner
+            .read(|state, now| state.entry(id, now))
+            .map(|seen| seen.row.info()))
     }
 
     /// Every dead letter back as pending, due `delay` from now, attempts
@@ -624,9 +630,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
     /// None in memory.
     pub async fn requeue_all_dead(&self, delay: Duration) -> Result<u64, Error> {
         let delay = millis(delay);
-        Ok(self.inner.write(|state, now, moved| {
-            state.requeue_all_dead(now.saturating_add(delay), moved)
-        }))
+        Ok(self
+            .inner
+            .write(|state, now, moved| state.requeue_all_dead(now.saturating_add(delay), moved)))
     }
 
     /// Deletes every dead letter; how many.
@@ -729,18 +735,3 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
 
 /// The store's name in cursors.
 const STORE: &str = "memory";
-
-/// An entry as an operator sees it.
-fn info<T: DeserializeOwned>(seen: Seen) -> EntryInfo<T> {
-    EntryInfo {
-        state: seen.state,
-        due: system_time(seen.due),
-        lease_until: seen.lease_until.map(system_time),
-        died_at: seen.died_at.map(system_time),
-        attempt: seen.attempt,
-        schedule: seen.tick.then(|| seen.id.clone()),
-        last_error: seen.reason,
-        value: serde_json::from_str(&seen.value).ok(),
-        id: seen.id,
-    }
-}

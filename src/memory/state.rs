@@ -446,7 +446,16 @@ impl State {
             .cloned()
             .collect();
         for id in held {
-            let _ = self.finish(End::GiveBack, &id, token, 0, "", now, Rules::default(), moved);
+            let _ = self.finish(
+                End::GiveBack,
+                &id,
+                token,
+                0,
+                "",
+                now,
+                Rules::default(),
+                moved,
+            );
         }
     }
 
@@ -489,7 +498,11 @@ impl State {
         let mut gone = Vec::new();
         if let Some(age) = rules.dead_max_age {
             let oldest_kept = now.saturating_sub(age);
-            gone.extend(self.dead.range(..(oldest_kept, 0)).map(|(_, id)| id.clone()));
+            gone.extend(
+                self.dead
+                    .range(..(oldest_kept, 0))
+                    .map(|(_, id)| id.clone()),
+            );
         }
         if let Some(count) = rules.dead_max_count {
             let over = (self.dead.len() as u64).saturating_sub(count) as usize;

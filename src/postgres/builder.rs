@@ -14,6 +14,7 @@ use super::inner::{Inner, timed_out};
 use super::queue::PgQueue;
 use super::sql::{self, Statements};
 use super::tls;
+use crate::durable::ops::Retention;
 
 /// Builds a [`PgQueue`]: `PgQueue::builder(name)`, then the settings, then
 /// [`build`](Self::build).
@@ -24,6 +25,7 @@ pub struct PgQueueBuilder<T> {
     schema: String,
     lease: Duration,
     max_attempts: u32,
+    retention: Retention,
     poll_interval: Duration,
     response_timeout: Duration,
     _values: PhantomData<fn() -> T>,
@@ -37,6 +39,7 @@ impl<T> fmt::Debug for PgQueueBuilder<T> {
             .field("schema", &self.schema)
             .field("lease", &self.lease)
             .field("max_attempts", &self.max_attempts)
+            .field("retention", &self.retention)
             .field("poll_interval", &self.poll_interval)
             .field("response_timeout", &self.response_timeout)
             .finish_non_exhaustive()
@@ -52,6 +55,7 @@ impl<T> PgQueueBuilder<T> {
             schema: "punctual".to_owned(),
             lease: Duration::from_secs(30),
             max_attempts: 10,
+            retention: Retention::default(),
             poll_interval: Duration::from_secs(1),
             response_timeout: Duration::from_secs(10),
             _values: PhantomData,
@@ -102,6 +106,20 @@ impl<T> PgQueueBuilder<T> {
     /// never dead-letters.
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = n;
+        self
+    }
+
+    /// Dead letters older than `age` are deleted right after each death
+    /// through this handle; default: kept whatever their age.
+    pub fn dead_max_age(mut self, age: Duration) -> Self {
+        self.retention.max_age = Some(age);
+        self
+    }
+
+    /// At most `n` dead letters are kept, the oldest deleted first, right
+    /// after each death through this handle; default: no limit.
+    pub fn dead_max_count(mut self, n: u64) -> Self {
+        self.retention.max_count = Some(n);
         self
     }
 
@@ -208,6 +226,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueueBuilder<T> 
             channel,
             self.lease,
             self.max_attempts,
+            self.retention,
             self.poll_interval,
             limit,
         )))

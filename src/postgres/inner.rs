@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use super::error::Error;
 use super::sql::Statements;
 pub(crate) use crate::durable::ops::{Held, Op, cron_instants};
-use crate::durable::ops::{OpResult, Releases, Tick, pending_where_unsettled, settle};
+use crate::durable::ops::{OpResult, Releases, Retention, Tick, pending_where_unsettled, settle};
 use crate::durable::store::Applied;
 use crate::durable::wait::Waiter;
 use crate::lock::Lock;
@@ -37,6 +37,9 @@ pub(crate) struct Inner {
     pub(crate) channel: String,
     pub(crate) lease: Duration,
     pub(crate) max_attempts: u32,
+    /// The dead-letter retention claims and finishes apply:
+    /// '<max age ms>,<max count>' (-1: no limit), or '' for none.
+    pub(crate) dead: String,
     pub(crate) poll_interval: Duration,
     /// The longest wait for a connection, then for one statement's answer.
     pub(crate) response_timeout: Duration,
@@ -139,6 +142,7 @@ impl Inner {
         channel: String,
         lease: Duration,
         max_attempts: u32,
+        retention: Retention,
         poll_interval: Duration,
         response_timeout: Duration,
     ) -> Inner {
@@ -149,6 +153,7 @@ impl Inner {
             channel,
             lease,
             max_attempts,
+            dead: retention.rules(),
             poll_interval,
             response_timeout,
             waiter: Waiter::default(),
@@ -225,6 +230,7 @@ impl Inner {
                 .bind(&arrays.ms)
                 .bind(&arrays.reasons)
                 .bind(&arrays.cands)
+                .bind(&self.dead)
                 .fetch_one(conn)
         });
         let row = match reply {
@@ -304,6 +310,7 @@ impl Inner {
                 .bind(&arrays.ms)
                 .bind(&arrays.reasons)
                 .bind(&arrays.cands)
+                .bind(&self.dead)
                 .fetch_one(conn)
         })?;
         let released = releases.map_or(0, Releases::sent);

@@ -334,6 +334,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 .bind(&self.inner.channel)
                 .bind(id)
                 .bind(millis(delay))
+                .bind(false)
                 .fetch_one(conn)
         })?)
     }

@@ -7,7 +7,7 @@ use super::error::Error;
 
 /// The version of `sql/schema.sql`; `build()` installs it when the
 /// schema's `meta` table holds an older one.
-const VERSION: i32 = 4;
+const VERSION: i32 = 5;
 
 const SCHEMA: &str = include_str!("sql/schema.sql");
 
@@ -30,6 +30,11 @@ pub(crate) struct Statements {
     pub(crate) schedules: String,
     pub(crate) channel: String,
     pub(crate) now: String,
+    pub(crate) pause: String,
+    pub(crate) paused: String,
+    pub(crate) dead_all: String,
+    pub(crate) page: String,
+    pub(crate) entry: String,
 }
 
 impl Statements {
@@ -40,14 +45,16 @@ impl Statements {
             insert: format!("SELECT {s}.insert($1, $2, $3, $4, $5, $6)"),
             insert_many: format!("SELECT {s}.insert_many($1, $2, $3, $4)"),
             remove: format!("SELECT {s}.remove($1, $2, $3)"),
-            reset: format!("SELECT {s}.reset($1, $2, $3, $4)"),
+            reset: format!("SELECT {s}.reset($1, $2, $3, $4, $5)"),
             deadline: format!(
                 "SELECT run_at FROM {s}.entries WHERE queue = $1 AND id = $2 AND run_at IS NOT NULL"
             ),
             claim: format!(
-                "SELECT * FROM {s}.claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+                "SELECT * FROM {s}.claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
             ),
-            finish: format!("SELECT * FROM {s}.finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"),
+            finish: format!(
+                "SELECT * FROM {s}.finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+            ),
             extend: format!("SELECT {s}.extend($1, $2, $3, $4, $5)"),
             stats: format!("SELECT * FROM {s}.stats($1)"),
             dead_letters: format!(
@@ -60,6 +67,17 @@ impl Statements {
             schedules: format!("SELECT * FROM {s}.schedules($1)"),
             channel: "SELECT 'punctual_' || md5($1 || '.' || $2)".to_owned(),
             now: format!("SELECT {s}.now_ms()"),
+            pause: format!("SELECT {s}.pause($1, $2, $3)"),
+            paused: format!(
+                "SELECT EXISTS (SELECT 1 FROM {s}.queues WHERE queue = $1 AND paused_at IS NOT NULL)"
+            ),
+            dead_all: format!("SELECT {s}.dead_all($1, $2, $3, $4)"),
+            page: format!("SELECT * FROM {s}.page($1, $2, $3, $4, $5)"),
+            entry: format!(
+                "SELECT {s}.now_ms() AS now, run_at, died_at, token IS NOT NULL AS leased, attempt, \
+                 deadline, tick IS NOT NULL AS tick, reason, value \
+                 FROM {s}.entries WHERE queue = $1 AND id = $2"
+            ),
         }
     }
 }

@@ -11,6 +11,7 @@ use super::conn::Conn;
 use super::error::{Error, check_name};
 use super::inner::Inner;
 use super::queue::RedisQueue;
+use crate::durable::ops::Retention;
 
 /// Builds a [`RedisQueue`]; made by [`RedisQueue::builder`].
 ///
@@ -35,6 +36,7 @@ pub struct RedisQueueBuilder<T> {
     source: Source,
     lease: Duration,
     max_attempts: u32,
+    retention: Retention,
     poll_interval: Duration,
     response_timeout: Duration,
     _values: PhantomData<fn(T) -> T>,
@@ -60,6 +62,7 @@ impl<T> fmt::Debug for RedisQueueBuilder<T> {
             .field("source", source)
             .field("lease", &self.lease)
             .field("max_attempts", &self.max_attempts)
+            .field("retention", &self.retention)
             .field("poll_interval", &self.poll_interval)
             .field("response_timeout", &self.response_timeout)
             .finish()
@@ -73,6 +76,7 @@ impl<T> RedisQueueBuilder<T> {
             source: Source::Url("redis://127.0.0.1:6379/".to_owned()),
             lease: Duration::from_secs(30),
             max_attempts: 10,
+            retention: Retention::default(),
             poll_interval: Duration::from_secs(1),
             response_timeout: Duration::from_secs(10),
             _values: PhantomData,
@@ -169,6 +173,20 @@ impl<T> RedisQueueBuilder<T> {
     /// letters instead of being delivered again; default 10, 0 for never.
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = n;
+        self
+    }
+
+    /// Dead letters older than `age` are deleted right after each death
+    /// through this handle; default: kept whatever their age.
+    pub fn dead_max_age(mut self, age: Duration) -> Self {
+        self.retention.max_age = Some(age);
+        self
+    }
+
+    /// At most `n` dead letters are kept, the oldest deleted first, right
+    /// after each death through this handle; default: no limit.
+    pub fn dead_max_count(mut self, n: u64) -> Self {
+        self.retention.max_count = Some(n);
         self
     }
 
@@ -272,6 +290,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueueBuilder<
             conn,
             self.lease,
             self.max_attempts,
+            self.retention,
             self.poll_interval,
         );
         inner.check().await.map_err(|e| name_the_keys(e, &inner))?;

@@ -30,7 +30,7 @@ use super::error::Error;
 use super::scripts::{Keys, SCRIPTS};
 use super::wait::Listener;
 pub(crate) use crate::durable::ops::{Held, Op};
-use crate::durable::ops::{OpResult, Releases, Tick, pending_where_unsettled, settle};
+use crate::durable::ops::{OpResult, Releases, Retention, Tick, pending_where_unsettled, settle};
 pub(crate) use crate::durable::ops::{cron_instants, millis};
 use crate::durable::store::Applied;
 use crate::durable::wait::Waiter;
@@ -44,6 +44,9 @@ pub(crate) struct Inner {
     pub(crate) keys: Keys,
     pub(crate) lease: Duration,
     pub(crate) max_attempts: u32,
+    /// The rules the claim and finish scripts take (max attempts and
+    /// dead-letter retention), formatted once.
+    pub(crate) rules: String,
     pub(crate) poll_interval: Duration,
     pub(crate) waiter: Waiter,
     /// The latest server clock reading seen (ms since the epoch): a lower
@@ -121,6 +124,7 @@ impl Inner {
         conn: Conn,
         lease: Duration,
         max_attempts: u32,
+        retention: Retention,
         poll_interval: Duration,
     ) -> Inner {
         Inner {
@@ -129,6 +133,7 @@ impl Inner {
             conn,
             lease,
             max_attempts,
+            rules: retention.with_limit(max_attempts),
             poll_interval,
             waiter: Waiter::default(),
             server_now: AtomicU64::new(0),
@@ -275,7 +280,7 @@ impl Inner {
         invocation
             .arg(max.min(MAX_BATCH))
             .arg(millis(self.lease).max(1))
-            .arg(self.max_attempts)
+            .arg(&self.rules)
             .arg(&*attempt.token)
             .arg(previous.unwrap_or(-1))
             .arg(&self.keys.channel);
@@ -351,7 +356,7 @@ impl Inner {
         let releases = release.then(|| Releases::take(&self.in_doubt));
         let mut invocation = self.script(&SCRIPTS.finish);
         let doubts = releases.as_ref().map_or(0, |r| r.ops.len());
-        invocation.arg(self.max_attempts).arg(&self.keys.channel);
+        invocation.arg(&self.rules).arg(&self.keys.channel);
         self.identify(&mut invocation);
         invocation.arg(doubts + ops.len());
         for release in releases.iter().flat_map(|r| &r.ops) {

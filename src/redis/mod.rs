@@ -231,6 +231,7 @@ mod delivery;
 mod durable;
 mod error;
 mod inner;
+mod operations;
 mod queue;
 mod schedules;
 mod scripts;

@@ -249,6 +249,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             .arg(millis(delay))
             .arg(&self.inner.keys.channel);
         self.inner.identify(&mut invocation);
+        invocation.arg("0"); // any pending entry, not only a tick
         self.inner.run(&invocation).await
     }
 
@@ -509,6 +510,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             .arg(millis(delay))
             .arg(&self.inner.keys.channel);
         self.inner.identify(&mut invocation);
+        invocation.arg("0"); // any pending entry, not only a tick
         self.inner.run(&invocation).await
     }
 

@@ -75,6 +75,11 @@ pub(crate) struct Scripts {
     pub(crate) schedule: Script,
     pub(crate) schedules: Script,
     pub(crate) now: Script,
+    pub(crate) entries: Script,
+    pub(crate) entry: Script,
+    pub(crate) pause: Script,
+    pub(crate) paused: Script,
+    pub(crate) dead_all: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -111,4 +116,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     )),
     schedules: Script::new(lua!("schedules", "check_all")),
     now: Script::new(lua!("now", "now_ms")),
+    entries: Script::new(lua!("entries", "check_all", "now_ms")),
+    entry: Script::new(lua!("entry", "check_all", "now_ms")),
+    pause: Script::new(lua!("pause", "check_all", "now_ms", "requests")),
+    paused: Script::new(lua!("paused", "check_all")),
+    dead_all: Script::new(lua!("dead_all", "check_all", "now_ms", "place", "requests")),
 });

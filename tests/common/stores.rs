@@ -126,6 +126,16 @@ pub mod memory {
             self
         }
 
+        pub fn dead_max_age(mut self, age: Duration) -> Self {
+            self.inner = self.inner.dead_max_age(age);
+            self
+        }
+
+        pub fn dead_max_count(mut self, n: u64) -> Self {
+            self.inner = self.inner.dead_max_count(n);
+            self
+        }
+
         /// (No polling in memory: every change wakes the consumers.)
         pub fn poll_interval(self, _every: Duration) -> Self {
             self

@@ -18,7 +18,9 @@
 --            leased); `since`: when that claim was made
 --   attempt  deliveries so far; `deadline`: when the current delivery was due
 --   tick     the instant of a schedule's tick (NULL for other entries)
---   reason, died_at  why and when a dead letter died
+--   reason   why its last attempt failed (kept across retries), or why it
+--            died
+--   died_at  when a dead letter died
 -- A schedule is one row of `schedules`: `rec` is 'e,<period ms>,<policy>'
 -- or 'c,<cron expression>'; its one live tick is the entry whose id is the
 -- schedule's name and whose `tick` is set.
@@ -55,12 +57,23 @@ DROP INDEX IF EXISTS __SCHEMA__.entries_token;
 -- Dead letters, oldest first.
 CREATE INDEX IF NOT EXISTS entries_dead ON __SCHEMA__.entries (queue, died_at, seq)
     WHERE run_at IS NULL;
+-- Leased entries by lease end: a page of them (`page`) without stepping
+-- over the pending ones.
+CREATE INDEX IF NOT EXISTS entries_leased ON __SCHEMA__.entries (queue, run_at, seq)
+    WHERE token IS NOT NULL;
 
 -- Tokens of claims their handle gave up on ('G'), for an hour: such a claim
 -- still on its way leases nothing when it lands.
 CREATE TABLE IF NOT EXISTS __SCHEMA__.given_up (
     token text COLLATE "C" PRIMARY KEY,
     at    bigint NOT NULL
+);
+
+-- Each queue's own state: paused since `paused_at` (ms), or running
+-- (NULL, or no row).
+CREATE TABLE IF NOT EXISTS __SCHEMA__.queues (
+    queue     text COLLATE "C" PRIMARY KEY,
+    paused_at bigint
 );
 
 CREATE TABLE IF NOT EXISTS __SCHEMA__.schedules (
@@ -239,15 +252,19 @@ BEGIN
 END $$;
 
 -- RESET: moves a pending entry to `p_ms` from now, ordered as if inserted
--- now. Whether it was pending.
-CREATE OR REPLACE FUNCTION __SCHEMA__.reset(p_queue text, p_channel text, p_id text, p_ms bigint)
-RETURNS boolean LANGUAGE plpgsql AS $$
+-- now (a tick moves its instant with it). `p_tick_only` (run now): only
+-- the pending tick of a schedule. Whether it moved.
+CREATE OR REPLACE FUNCTION __SCHEMA__.reset(p_queue text, p_channel text, p_id text, p_ms bigint,
+    p_tick_only boolean) RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
     v_at bigint := __SCHEMA__.now_ms() + p_ms;
     v_old_head bigint := __SCHEMA__.head(p_queue);
 BEGIN
-    UPDATE __SCHEMA__.entries e SET run_at = v_at, seq = nextval('__SCHEMA__.seq')
-    WHERE e.queue = p_queue AND e.id = p_id AND e.run_at IS NOT NULL AND e.token IS NULL;
+    UPDATE __SCHEMA__.entries e SET run_at = v_at, seq = nextval('__SCHEMA__.seq'),
+        tick = CASE WHEN e.tick IS NOT NULL THEN v_at END
+    WHERE e.queue = p_queue AND e.id = p_id AND e.run_at IS NOT NULL AND e.token IS NULL
+      AND (NOT p_tick_only OR (e.tick IS NOT NULL AND EXISTS (
+          SELECT 1 FROM __SCHEMA__.schedules s WHERE s.queue = p_queue AND s.name = p_id)));
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -377,6 +394,41 @@ BEGIN
                        WHERE d.queue = p_queue AND d.id = p_name);
 END $$;
 
+-- Deletes the queue's dead letters past the calling handle's retention,
+-- which claim() and finish() set for their transaction as the setting
+-- `punctual.dead`, '<max age ms>,<max count>' (-1: no limit; unset or
+-- empty: none): those that died before `p_now` - age, then the oldest
+-- beyond the count.
+CREATE OR REPLACE FUNCTION __SCHEMA__.trim_dead(p_queue text, p_now bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_rules text := coalesce(current_setting('punctual.dead', true), '');
+    v_age bigint;
+    v_count bigint;
+    v_last record;
+BEGIN
+    IF v_rules = '' THEN
+        RETURN;
+    END IF;
+    v_age := split_part(v_rules, ',', 1)::bigint;
+    v_count := split_part(v_rules, ',', 2)::bigint;
+    IF v_age >= 0 THEN
+        DELETE FROM __SCHEMA__.entries d
+        WHERE d.queue = p_queue AND d.run_at IS NULL AND d.died_at < p_now - v_age;
+    END IF;
+    IF v_count >= 0 THEN
+        -- The newest of those to go: the (count + 1)-th newest.
+        SELECT d.died_at, d.seq INTO v_last FROM __SCHEMA__.entries d
+        WHERE d.queue = p_queue AND d.run_at IS NULL
+        ORDER BY d.died_at DESC, d.seq DESC OFFSET v_count LIMIT 1;
+        IF FOUND THEN
+            DELETE FROM __SCHEMA__.entries d
+            WHERE d.queue = p_queue AND d.run_at IS NULL
+              AND (d.died_at, d.seq) <= (v_last.died_at, v_last.seq);
+        END IF;
+    END IF;
+END $$;
+
 -- Moves entry `e` to the dead letters with `p_reason`. A tick is copied to
 -- '<name>@<instant>' (its name stays for its successor: the caller places
 -- it with place_tick); a name over 480 bytes is cut to 480 (at a character
@@ -392,6 +444,7 @@ BEGIN
         UPDATE __SCHEMA__.entries d SET run_at = NULL, token = NULL, since = NULL,
             attempt = e.attempt, reason = p_reason, died_at = p_now
         WHERE d.queue = p_queue AND d.id = e.id;
+        PERFORM __SCHEMA__.trim_dead(p_queue, p_now);
         RETURN;
     END IF;
     WHILE octet_length(convert_to(v_name, 'UTF8')) > 480 LOOP
@@ -404,6 +457,7 @@ BEGIN
     END LOOP;
     INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value, attempt, deadline, reason, died_at)
     VALUES (p_queue, v_dead, e.seq, NULL, e.value, e.attempt, e.deadline, p_reason, p_now);
+    PERFORM __SCHEMA__.trim_dead(p_queue, p_now);
 END $$;
 
 -- Finishes the delivery (`p_id`, `p_token`). `p_kind`: 'a' ack; 'r' retry,
@@ -473,8 +527,11 @@ BEGIN
         v_old_head := __SCHEMA__.head(p_queue);
         IF v_kind = 'r' THEN
             v_next := p_now + p_ms;
+            -- A failed attempt's reason stays with the entry until it is
+            -- acked.
             UPDATE __SCHEMA__.entries d SET run_at = v_next, seq = nextval('__SCHEMA__.seq'),
-                token = NULL, since = NULL, attempt = e.attempt
+                token = NULL, since = NULL, attempt = e.attempt,
+                reason = CASE WHEN p_reason <> '' THEN p_reason ELSE e.reason END
             WHERE d.queue = p_queue AND d.id = p_id;
         ELSE
             v_next := least(coalesce(e.deadline, p_now), p_now);
@@ -560,10 +617,13 @@ END $$;
 -- FINISH: applies ops (see finish_all) without claiming.
 CREATE OR REPLACE FUNCTION __SCHEMA__.finish(p_queue text, p_channel text, p_limit integer,
     p_lease bigint, p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[], p_reasons text[],
-    p_cands text[], OUT now bigint, OUT results integer[], OUT cron_from bigint[],
+    p_cands text[], p_dead text, OUT now bigint, OUT results integer[], OUT cron_from bigint[],
     OUT recs text[]) LANGUAGE plpgsql AS $$
 BEGIN
     now := __SCHEMA__.now_ms();
+    IF p_dead <> '' THEN
+        PERFORM set_config('punctual.dead', p_dead, true);
+    END IF;
     SELECT f.results, f.cron_from, f.recs INTO results, cron_from, recs
     FROM __SCHEMA__.finish_all(p_queue, p_channel, p_limit, p_lease, now, p_kinds, p_ids,
         p_tokens, p_ms, p_reasons, p_cands) f;
@@ -589,7 +649,7 @@ END $$;
 CREATE OR REPLACE FUNCTION __SCHEMA__.claim(p_queue text, p_channel text, p_max integer,
     p_lease bigint, p_limit integer, p_token text, p_recover bigint,
     p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[], p_reasons text[],
-    p_cands text[],
+    p_cands text[], p_dead text,
     OUT now bigint, OUT head bigint, OUT more boolean, OUT locked boolean,
     OUT results integer[], OUT cron_from bigint[], OUT recs text[],
     OUT ids text[], OUT vals text[], OUT attempts integer[], OUT deadlines bigint[],
@@ -611,6 +671,9 @@ BEGIN
     v_lease_end := now + p_lease;
     more := false;
     locked := false;
+    IF p_dead <> '' THEN
+        PERFORM set_config('punctual.dead', p_dead, true);
+    END IF;
     IF coalesce(cardinality(p_kinds), 0) = 0 THEN
         results := '{}'; cron_from := '{}'; recs := '{}';
     ELSE
@@ -652,6 +715,15 @@ BEGIN
             head := __SCHEMA__.head(p_queue);
             RETURN;
         END IF;
+    END IF;
+    -- Paused: nothing new is leased, and no head is reported (consumers
+    -- wait for resume's notification, or their poll interval). The lock
+    -- is pause()'s, shared: a pause waits for the claims running, and
+    -- every claim after it sees the mark.
+    PERFORM pg_advisory_xact_lock_shared(hashtext('__SCHEMA__ pause'), hashtext(p_queue));
+    IF EXISTS (SELECT 1 FROM __SCHEMA__.queues q
+               WHERE q.queue = p_queue AND q.paused_at IS NOT NULL) THEN
+        RETURN;
     END IF;
     -- One more than asked: if it comes, more are due. (A cursor, so that
     -- each lease updates the row it points at, with no index lookup.)
@@ -848,4 +920,112 @@ $$;
 CREATE OR REPLACE FUNCTION __SCHEMA__.purge(p_queue text) RETURNS void LANGUAGE sql AS $$
     DELETE FROM __SCHEMA__.schedules WHERE queue = p_queue;
     DELETE FROM __SCHEMA__.entries WHERE queue = p_queue;
+    DELETE FROM __SCHEMA__.queues WHERE queue = p_queue;
 $$;
+
+-- PAUSE: pauses (`p_pause`) or resumes the queue: while paused, claims
+-- lease nothing, in every process. The lock waits for the claims running
+-- (they hold it shared), so once this commits no claim hands anything
+-- out. Resuming notifies, so waiting consumers ask at once. Whether it
+-- changed the state.
+CREATE OR REPLACE FUNCTION __SCHEMA__.pause(p_queue text, p_channel text, p_pause boolean)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_paused boolean;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('__SCHEMA__ pause'), hashtext(p_queue));
+    SELECT q.paused_at IS NOT NULL INTO v_paused FROM __SCHEMA__.queues q WHERE q.queue = p_queue;
+    IF coalesce(v_paused, false) = p_pause THEN
+        RETURN false;
+    END IF;
+    INSERT INTO __SCHEMA__.queues AS q (queue, paused_at)
+    VALUES (p_queue, CASE WHEN p_pause THEN __SCHEMA__.now_ms() END)
+    ON CONFLICT (queue) DO UPDATE SET paused_at = excluded.paused_at;
+    IF NOT p_pause THEN
+        PERFORM pg_notify(p_channel, __SCHEMA__.now_ms()::text);
+    END IF;
+    RETURN true;
+END $$;
+
+-- DEAD_ALL: puts every dead letter back as pending, `p_ms` from now,
+-- attempts reset, in their order of death (`p_requeue`), or deletes them
+-- all. How many.
+CREATE OR REPLACE FUNCTION __SCHEMA__.dead_all(p_queue text, p_channel text, p_requeue boolean,
+    p_ms bigint) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_at bigint := __SCHEMA__.now_ms() + p_ms;
+    v_old_head bigint := __SCHEMA__.head(p_queue);
+    v_n bigint;
+BEGIN
+    IF NOT p_requeue THEN
+        DELETE FROM __SCHEMA__.entries d WHERE d.queue = p_queue AND d.run_at IS NULL;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        RETURN v_n;
+    END IF;
+    WITH dead AS MATERIALIZED (
+        SELECT x.id, nextval('__SCHEMA__.seq') AS seq
+        FROM (SELECT d.id FROM __SCHEMA__.entries d
+              WHERE d.queue = p_queue AND d.run_at IS NULL
+              ORDER BY d.died_at, d.seq FOR UPDATE) AS x
+    )
+    UPDATE __SCHEMA__.entries e SET run_at = v_at, seq = dead.seq, attempt = 0,
+        deadline = NULL, reason = NULL, died_at = NULL
+    FROM dead WHERE e.queue = p_queue AND e.id = dead.id;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    IF v_n > 0 THEN
+        PERFORM __SCHEMA__.announce(p_channel, v_at, v_old_head);
+    END IF;
+    RETURN v_n;
+END $$;
+
+-- PAGE: up to `p_limit` entries in state `p_state` ('p' pending, 'd' due,
+-- 'l' leased, 'x' dead) after (`p_score`, `p_seq`) in that state's order:
+-- (run_at, seq) for the live states (run_at: due time, or lease end),
+-- (died_at, seq) for the dead. Each page is one index range scan:
+-- entries_due (due, and pending, which steps over the leased entries
+-- among them), entries_leased, entries_dead.
+CREATE OR REPLACE FUNCTION __SCHEMA__.page(p_queue text, p_state text, p_score bigint,
+    p_seq bigint, p_limit integer)
+RETURNS TABLE (o_now bigint, o_id text, o_score bigint, o_seq bigint, o_attempt integer,
+    o_deadline bigint, o_tick boolean, o_reason text, o_value text)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_now bigint := __SCHEMA__.now_ms();
+    v_score bigint := p_score;
+    v_seq bigint := p_seq;
+BEGIN
+    IF p_state IN ('p', 'l') AND (v_score, v_seq) < (v_now, 9223372036854775807) THEN
+        -- Not yet due (pending), or held (leased): after now.
+        v_score := v_now;
+        v_seq := 9223372036854775807;
+    END IF;
+    IF p_state = 'd' THEN
+        RETURN QUERY SELECT v_now, e.id, e.run_at, e.seq, e.attempt, e.deadline,
+            e.tick IS NOT NULL, e.reason, e.value
+        FROM __SCHEMA__.entries e
+        WHERE e.queue = p_queue AND e.run_at IS NOT NULL AND e.run_at <= v_now
+          AND (e.run_at, e.seq) > (v_score, v_seq)
+        ORDER BY e.run_at, e.seq LIMIT p_limit;
+    ELSIF p_state = 'p' THEN
+        RETURN QUERY SELECT v_now, e.id, e.run_at, e.seq, e.attempt, e.deadline,
+            e.tick IS NOT NULL, e.reason, e.value
+        FROM __SCHEMA__.entries e
+        WHERE e.queue = p_queue AND e.run_at IS NOT NULL AND e.token IS NULL
+          AND (e.run_at, e.seq) > (v_score, v_seq)
+        ORDER BY e.run_at, e.seq LIMIT p_limit;
+    ELSIF p_state = 'l' THEN
+        RETURN QUERY SELECT v_now, e.id, e.run_at, e.seq, e.attempt, e.deadline,
+            e.tick IS NOT NULL, e.reason, e.value
+        FROM __SCHEMA__.entries e
+        WHERE e.queue = p_queue AND e.token IS NOT NULL
+          AND (e.run_at, e.seq) > (v_score, v_seq)
+        ORDER BY e.run_at, e.seq LIMIT p_limit;
+    ELSE
+        RETURN QUERY SELECT v_now, e.id, e.died_at, e.seq, e.attempt, e.deadline,
+            e.tick IS NOT NULL, e.reason, e.value
+        FROM __SCHEMA__.entries e
+        WHERE e.queue = p_queue AND e.run_at IS NULL
+          AND (e.died_at, e.seq) > (v_score, v_seq)
+        ORDER BY e.died_at, e.seq LIMIT p_limit;
+    END IF;
+END $$;

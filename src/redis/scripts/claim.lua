@@ -1,11 +1,11 @@
 -- CLAIM: finishes deliveries (see finish), then leases up to `max` due
 -- entries, in order, to the claim `token`.
--- KEYS: the queue's eight keys. ARGV: max, lease ms, max attempts (0 = no
--- limit), token, recover (-1, or a lower bound of this claim's lease end
+-- KEYS: the queue's eight keys. ARGV: max, lease ms, the handle's rules
+-- (max attempts, dead-letter retention: see `rules`), token, recover (-1, or a lower bound of this claim's lease end
 -- when it is sent again after its reply was lost), channel, request id (''
 -- on a single server) and ms to keep the answer (see lib/requests.lua),
 -- number of ops, then 6 fields per op (kind, id, token, ms, reason, cands).
--- Returns {now, head score or -1, {op results}, {items}}, an item being
+-- Returns {now, head score or -1 (none, or paused), {op results}, {items}}, an item being
 -- {id, value, attempt, deadline, lease end, schedule record or '', reason
 -- to bury it or ''}. An entry past max attempts goes to the dead letters
 -- instead (a cron tick is handed out with a reason to bury it, since its
@@ -16,7 +16,7 @@
 -- one sending (the client sent the same request again by itself) leases
 -- nothing new and answers as the first did.
 local now = now_ms()
-local max, lease, limit, token = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local max, lease, limit, token = tonumber(ARGV[1]), tonumber(ARGV[2]), rules(ARGV[3]), ARGV[4]
 local recover, channel = tonumber(ARGV[5]), ARGV[6]
 local rid, keep, n_ops = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
 
@@ -114,6 +114,13 @@ local function keep_answer(lease_end)
   if lease_end or changed then
     remember(rid, keep, (lease_end or '') .. ':' .. codes, now)
   end
+end
+
+-- Paused: nothing new is leased, and the head is not reported (consumers
+-- wait for `resume`'s announcement, or their poll interval).
+if redis.call('HEXISTS', ENTRIES, PAUSED) == 1 then
+  keep_answer(nil)
+  return reply({}, -1)
 end
 
 -- One more than asked: if it comes, more are due and no head lookup is needed.

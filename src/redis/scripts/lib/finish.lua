@@ -46,6 +46,8 @@ local function finish(kind, id, token, ms, reason, cands, now, limit, channel)
   end
   if kind == 'r' then
     redis.call('ZREM', LEASES, id)
+    -- A failed attempt's reason stays with the entry until it is acked.
+    if reason ~= '' then redis.call('HSET', ENTRIES, 'r:' .. id, reason) end
     place(id, e, now + ms, channel)
     return 1
   end
@@ -73,9 +75,9 @@ local function finish(kind, id, token, ms, reason, cands, now, limit, channel)
     redis.call('ZREM', SCHEDULE, e.member)
     redis.call('ZREM', LEASES, id)
     if rec then
-      redis.call('HDEL', ENTRIES, 'm:' .. id)
+      redis.call('HDEL', ENTRIES, 'm:' .. id, 'r:' .. id)
     else
-      redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id)
+      redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
     end
   end
   if next then successor(id, next, channel) end
@@ -121,6 +123,7 @@ local function finish_all(at, n, now, limit, channel)
         ids[#ids + 1] = id
         gone[#gone + 1] = fields[i + 1]
         gone[#gone + 1] = 'v:' .. id
+        gone[#gone + 1] = 'r:' .. id
         results[i + 1] = 1
       else
         results[i + 1] = 0

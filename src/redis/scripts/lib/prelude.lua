@@ -9,6 +9,24 @@
 local SCHEDULE, ENTRIES, LEASES, DEAD, SEQ, SCHEDULES, GIVEN_UP, REQUESTS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 
+-- The field of ENTRIES that marks the queue paused (its value: since when,
+-- in ms). No entry's field has this name: theirs start with 'm:', 'v:' or
+-- 'r:'.
+local PAUSED = 'paused'
+
+-- The calling handle's dead-letter retention, set by `rules`: the oldest
+-- a dead letter may be (ms) and how many are kept; -1 for no limit.
+local DEAD_MAX_AGE, DEAD_MAX_COUNT = -1, -1
+
+-- Reads the calling handle's rules, '<max attempts>,<dead max age ms>,<dead
+-- max count>' (-1: no limit), and returns its max attempts (0: no limit).
+local function rules(arg)
+  local limit, age, count = string.match(arg, '^(%d+),(%-?%d+),(%-?%d+)$')
+  if not limit then return tonumber(arg) end
+  DEAD_MAX_AGE, DEAD_MAX_COUNT = tonumber(age), tonumber(count)
+  return tonumber(limit)
+end
+
 -- An error reply if `key` holds something other than `want`.
 local function ensure(key, want)
   local have = redis.call('TYPE', key)['ok']
@@ -25,7 +43,8 @@ local function int(n)
 end
 
 -- An entry's record is the field 'm:' .. id of ENTRIES (its value is the
--- field 'v:' .. id, the reason it died 'r:' .. id):
+-- field 'v:' .. id, the reason of its last failed attempt, or why it died,
+-- 'r:' .. id):
 --   attempt,token,since,deadline,tick,member
 -- attempt: deliveries so far; token: the claim that holds its lease ('' when
 -- none: pending or dead); since: when that claim was made; deadline: when

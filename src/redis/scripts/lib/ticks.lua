@@ -50,6 +50,33 @@ local function successor(name, at, channel)
   announce(channel, at, old_head)
 end
 
+-- Deletes dead letters past the calling handle's retention (see `rules`):
+-- those that died before now - DEAD_MAX_AGE, then the oldest beyond
+-- DEAD_MAX_COUNT.
+local function trim_dead(now)
+  local function forget(ids)
+    for _, id in ipairs(ids) do
+      redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
+    end
+    call_sliced('ZREM', DEAD, ids)
+  end
+  if DEAD_MAX_AGE >= 0 then
+    repeat
+      local old = redis.call('ZRANGEBYSCORE', DEAD, '-inf', '(' .. int(now - DEAD_MAX_AGE),
+        'LIMIT', 0, 1000)
+      forget(old)
+    until #old == 0
+  end
+  if DEAD_MAX_COUNT >= 0 then
+    local over = redis.call('ZCARD', DEAD) - DEAD_MAX_COUNT
+    while over > 0 do
+      local old = redis.call('ZRANGE', DEAD, 0, math.min(over, 1000) - 1)
+      forget(old)
+      over = over - #old
+    end
+  end
+end
+
 -- Moves entry `id` (record `e`) to the dead letters with `reason`. A tick is
 -- kept under '<name>@<instant>' (its name stays free for its successor); a
 -- name over 480 bytes is cut to 480 (at a character boundary), so that the
@@ -76,9 +103,10 @@ local function bury(id, e, reason, now)
     end
     local value = redis.call('HGET', ENTRIES, 'v:' .. id)
     if value then redis.call('HSET', ENTRIES, 'v:' .. dead, value) end
-    redis.call('HDEL', ENTRIES, 'm:' .. id)
+    redis.call('HDEL', ENTRIES, 'm:' .. id, 'r:' .. id)
   end
   e.token, e.since, e.tick, e.member = '', nil, nil, ''
   redis.call('HSET', ENTRIES, 'm:' .. dead, record(e), 'r:' .. dead, reason)
   redis.call('ZADD', DEAD, now, dead)
+  trim_dead(now)
 end

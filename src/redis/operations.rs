@@ -1,0 +1,269 @@
+//! Looking into and acting on a [`RedisQueue`]: entries by state a page at
+//! a time (`entries.lua`), one entry, pause and resume, run a schedule now,
+//! the dead letters all at once.
+
+use std::time::Duration;
+
+use redis::Value;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::error::{Error, check_id};
+use super::inner::{millis, parse};
+use super::queue::RedisQueue;
+use super::scripts::SCRIPTS;
+use crate::durable::{At, Cursor, EntryInfo, EntryState, MAX_PAGE, Page, Row};
+
+/// The store's name in cursors.
+const STORE: &str = "redis";
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
+    /// One page of the entries in `state`, in delivery order (`Pending`,
+    /// `Due`: by due time, FIFO on ties; `Leased`: by lease end; `Dead`:
+    /// oldest death first), at most `min(limit, 1000)`, after `cursor`.
+    /// Walking the pages visits exactly once every entry that stays in that
+    /// state, at the same due time (lease end), during the walk. One page is
+    /// one script: a range read of the state's sorted set (`schedule`,
+    /// `leases` or `dead`), O(limit + log n).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidId`] for a cursor of another queue or state;
+    /// [`Error::Redis`] if Redis cannot be reached.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use punctual::durable::EntryState;
+    /// use punctual::redis::RedisQueue;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// let jobs: RedisQueue<String> = RedisQueue::connect("redis://127.0.0.1/", "jobs").await?;
+    /// let page = jobs.entries(EntryState::Dead, None, 50).await?;
+    /// for dead in &page.entries {
+    ///     println!("{}: {:?}", dead.id, dead.last_error);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn entries(
+        &self,
+        state: EntryState,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page<T>, Error> {
+        let after = match cursor {
+            None => None,
+            Some(cursor) => {
+                Some(At::of(cursor, STORE, self.name(), state).map_err(Error::InvalidId)?)
+            }
+        };
+        if limit == 0 {
+            return Ok(Page {
+                entries: Vec::new(),
+                next: cursor.cloned(),
+            });
+        }
+        let limit = limit.min(MAX_PAGE);
+        let code = match state {
+            EntryState::Pending => "p",
+            EntryState::Due => "d",
+            EntryState::Leased => "l",
+            EntryState::Dead => "x",
+        };
+        let mut invocation = self.inner().script(&SCRIPTS.entries);
+        invocation.arg(code);
+        match &after {
+            Some(at) => invocation.arg(at.score).arg(&at.tie),
+            None => invocation.arg(-1).arg(""),
+        };
+        invocation.arg(limit);
+        let reply: Vec<Value> = self.inner().run(&invocation).await?;
+        let mut reply = reply.into_iter();
+        let _now: i64 = parse(reply.next().unwrap_or(Value::Nil))?;
+        let more: i64 = parse(reply.next().unwrap_or(Value::Nil))?;
+        let mut rows = Vec::new();
+        let mut last = None;
+        for item in reply {
+            let (id, score, member, record, value, reason): (
+                String,
+                u64,
+                String,
+                String,
+                Option<String>,
+                Option<String>,
+            ) = parse(item)?;
+            last = Some((score, member));
+            rows.push(row(id, state, score, &record, value, reason));
+        }
+        let next = last
+            .filter(|_| more == 1)
+            .map(|(score, member)| At::cursor(STORE, self.name(), state, score, &member));
+        Ok(Page {
+            entries: rows.into_iter().map(Row::info).collect(),
+            next,
+        })
+    }
+
+    /// Entry `id` in any state, or `None` if it is absent.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidId`] for an invalid id; [`Error::Redis`] if Redis
+    /// cannot be reached.
+    pub async fn entry(&self, id: &str) -> Result<Option<EntryInfo<T>>, Error> {
+        check_id(id)?;
+        let mut invocation = self.inner().script(&SCRIPTS.entry);
+        invocation.arg(id);
+        let reply: Option<(u64, u64, i64, String, Option<String>, Option<String>)> =
+            self.inner().run(&invocation).await?;
+        Ok(reply.map(|(now, score, dead, record, value, reason)| {
+            let token = record.split(',').nth(1).unwrap_or("");
+            let state = if dead == 1 {
+                EntryState::Dead
+            } else if score <= now {
+                EntryState::Due
+            } else if !token.is_empty() {
+                EntryState::Leased
+            } else {
+                EntryState::Pending
+            };
+            row(id.to_owned(), state, score, &record, value, reason).info()
+        }))
+    }
+
+    /// Puts every dead letter back as pending, due `delay` from now,
+    /// attempts reset to 0, in one step; how many.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if Redis cannot be reached.
+    pub async fn requeue_all_dead(&self, delay: Duration) -> Result<u64, Error> {
+        self.dead_all("r", delay).await
+    }
+
+    /// Deletes every dead letter, in one step; how many.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if Redis cannot be reached.
+    pub async fn clear_dead(&self) -> Result<u64, Error> {
+        self.dead_all("c", Duration::ZERO).await
+    }
+
+    async fn dead_all(&self, what: &str, delay: Duration) -> Result<u64, Error> {
+        let inner = self.inner();
+        let mut invocation = inner.script(&SCRIPTS.dead_all);
+        invocation
+            .arg(what)
+            .arg(millis(delay))
+            .arg(&inner.keys.channel);
+        inner.identify(&mut invocation);
+        inner.run(&invocation).await
+    }
+
+    /// Stops every consumer of the queue, in every process, from taking
+    /// anything (`take*` waits, a `Worker` starts nothing new), in the same
+    /// step as each claim; what is leased may still be acked, retried or
+    /// extended, and inserts, removes, resets and schedule calls work as
+    /// usual. Kept in Redis (it survives restarts as far as the server's
+    /// persistence goes). `true` if it was running.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if Redis cannot be reached.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use punctual::redis::RedisQueue;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), punctual::redis::Error> {
+    /// let mails: RedisQueue<String> = RedisQueue::connect("redis://127.0.0.1/", "mails").await?;
+    /// // A bad deploy sends broken e-mails: stop every consumer now.
+    /// mails.pause().await?;
+    /// // ... fix, deploy ...
+    /// mails.resume().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn pause(&self) -> Result<bool, Error> {
+        self.set_paused(true).await
+    }
+
+    /// Lets consumers take again, waking those waiting at once (through
+    /// the queue's channel). `true` if it was paused.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if Redis cannot be reached.
+    pub async fn resume(&self) -> Result<bool, Error> {
+        self.set_paused(false).await
+    }
+
+    async fn set_paused(&self, paused: bool) -> Result<bool, Error> {
+        let inner = self.inner();
+        let mut invocation = inner.script(&SCRIPTS.pause);
+        invocation
+            .arg(if paused { "1" } else { "0" })
+            .arg(&inner.keys.channel);
+        inner.identify(&mut invocation);
+        inner.run(&invocation).await
+    }
+
+    /// Whether the queue is paused.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] if Redis cannot be reached.
+    pub async fn is_paused(&self) -> Result<bool, Error> {
+        let invocation = self.inner().script(&SCRIPTS.paused);
+        self.inner().run(&invocation).await
+    }
+
+    /// Makes schedule `name`'s pending tick due now (its instant becomes
+    /// the server's now); the run after it follows the schedule's rule from
+    /// that instant. `false` if there is no such schedule or its tick is
+    /// leased.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidId`] for a name that breaks the id rules;
+    /// [`Error::Redis`] if Redis cannot be reached.
+    pub async fn run_now(&self, name: &str) -> Result<bool, Error> {
+        check_id(name)?;
+        let inner = self.inner();
+        let mut invocation = inner.script(&SCRIPTS.reset);
+        invocation.arg(name).arg(0).arg(&inner.keys.channel);
+        inner.identify(&mut invocation);
+        invocation.arg("1");
+        inner.run(&invocation).await
+    }
+}
+
+/// An entry read by a script: its record is
+/// `attempt,token,since,deadline,tick,member`.
+fn row(
+    id: String,
+    state: EntryState,
+    score: u64,
+    record: &str,
+    value: Option<String>,
+    reason: Option<String>,
+) -> Row {
+    let mut fields = record.splitn(6, ',');
+    let attempt = fields.next().and_then(|a| a.parse().ok()).unwrap_or(0);
+    let _token = fields.next();
+    let _since = fields.next();
+    let deadline = fields.next().and_then(|d| d.parse().ok());
+    let tick = fields.next().is_some_and(|t| !t.is_empty());
+    Row {
+        id,
+        state,
+        score,
+        deadline,
+        attempt,
+        tick,
+        reason,
+        value,
+    }
+}

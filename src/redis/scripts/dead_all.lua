@@ -1,0 +1,30 @@
+-- DEAD_ALL: puts every dead letter back as pending, due `delay` ms from
+-- now, attempts reset ('r'), or deletes them all ('c'), in one step.
+-- KEYS: the queue's eight keys. ARGV: 'r' or 'c', delay ms, channel,
+-- request id ('' on a single server) and ms to keep the answer (see
+-- lib/requests.lua).
+-- Returns how many; a second execution of a request, the first's count.
+local err = check_all() or check_seq()
+if err then return err end
+local requeue, delay, channel, rid = ARGV[1] == 'r', tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local kept = recall(rid)
+if kept then return tonumber(kept) end
+local now = now_ms()
+local n = 0
+repeat
+  local ids = redis.call('ZRANGE', DEAD, 0, 999)
+  for _, id in ipairs(ids) do
+    if requeue then
+      local e = parse(redis.call('HGET', ENTRIES, 'm:' .. id)) or {token = '', member = ''}
+      e.attempt, e.tick, e.deadline = 0, nil, nil
+      redis.call('HDEL', ENTRIES, 'r:' .. id)
+      place(id, e, now + delay, channel)
+    else
+      redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
+    end
+  end
+  call_sliced('ZREM', DEAD, ids)
+  n = n + #ids
+until #ids == 0
+if n > 0 then remember(rid, tonumber(ARGV[5]), int(n), now) end
+return n

@@ -1,0 +1,86 @@
+-- ENTRIES: one page of the entries in one state, after a cursor.
+-- KEYS: the queue's eight keys. ARGV: state ('p' pending, 'd' due, 'l'
+-- leased, 'x' dead), the cursor's score (-1: from the start) and member
+-- (SCHEDULE's for pending and due, the id for leased and dead), limit.
+-- Returns {now, more (0/1), {id, score, member, record, value, reason}...}:
+-- up to `limit` entries in the state's order (SCHEDULE, or LEASES or DEAD,
+-- by score then member), after the cursor. Reads only: a page is a range
+-- read of one sorted set, O(limit + log n) but for what it steps over
+-- (members tied with the cursor's score; for pending, the leased entries
+-- among them, as many as consumers hold).
+local err = check_all()
+if err then return err end
+local state, after, tie, limit = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local now = now_ms()
+
+-- Whether `a` sorts before or at `b` byte by byte, as a sorted set orders
+-- members (Lua's `<=` follows the server's locale).
+local function at_or_before(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a <= #b
+end
+
+-- Up to `want` {member, score} of `key` with scores from `min` to `max`
+-- that come after the cursor and that `keep` accepts, in order.
+local function scan(key, min, max, want, keep)
+  local out, offset, chunk = {}, 0, want + 1
+  while #out < want do
+    local got = redis.call('ZRANGEBYSCORE', key, min, max, 'WITHSCORES', 'LIMIT', offset, chunk)
+    if #got == 0 then break end
+    for i = 1, #got, 2 do
+      local member, score = got[i], tonumber(got[i + 1])
+      local passed = after >= 0 and score == after and at_or_before(member, tie)
+      if not passed and keep(member) then
+        out[#out + 1] = {member, score}
+        if #out == want then break end
+      end
+    end
+    offset = offset + #got / 2
+    chunk = chunk * 2
+  end
+  return out
+end
+
+local function any() return true end
+-- The lower bound: the cursor's score (its ties are stepped over), or
+-- `floor` when the cursor is before it.
+local function from(floor)
+  if after >= 0 and (floor == nil or after > floor) then return after end
+  if floor == nil then return '-inf' end
+  return '(' .. int(floor)
+end
+
+local want = limit + 1
+local found, key
+if state == 'd' then
+  key = SCHEDULE
+  found = scan(SCHEDULE, from(nil), now, want, any)
+elseif state == 'p' then
+  key = SCHEDULE
+  found = scan(SCHEDULE, from(now), '+inf', want, function(member)
+    return not redis.call('ZSCORE', LEASES, string.sub(member, 17))
+  end)
+elseif state == 'l' then
+  key = LEASES
+  found = scan(LEASES, from(now), '+inf', want, any)
+else
+  key = DEAD
+  found = scan(DEAD, from(nil), '+inf', want, any)
+end
+local more = 0
+if #found > limit then
+  more = 1
+  found[#found] = nil
+end
+local out = {now, more}
+for _, f in ipairs(found) do
+  local member, score = f[1], f[2]
+  local id = member
+  if key == SCHEDULE then id = string.sub(member, 17) end
+  local got = redis.call('HMGET', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
+  out[#out + 1] = {id, score, member, got[1] or '', got[2] or false, got[3] or false}
+end
+return out
