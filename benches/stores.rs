@@ -19,7 +19,8 @@
 //!
 //! `cargo bench --features redis --bench stores` prints a markdown table
 //! of medians, with the memory store's ratio to the Redis worker (the bar:
-//! at least 10x).
+//! at least 10x). `STORES_BENCH_ONLY=memory` runs the memory drain alone
+//! (for a profiler).
 
 #[allow(dead_code)] // the tests use the rest of it
 #[path = "../tests/common/redis_server.rs"]
@@ -150,6 +151,19 @@ fn main() {
     }
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo bench --list`
+    }
+    if std::env::var("STORES_BENCH_ONLY").as_deref() == Ok("memory") {
+        // The memory store's drain alone, for a profiler.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            for run in 0..runs() {
+                println!("memory {:.0} jobs/s", memory_drain(run).await);
+            }
+        });
+        return;
     }
     let server = RedisServer::start_in_memory();
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -297,23 +297,28 @@ impl State {
             return (Vec::new(), false);
         }
         let limit = rules.limit;
-        let due: Vec<((u64, u64), String)> = self
+        let due: Vec<(u64, u64)> = self
             .order
             .range(..=(now, u64::MAX))
             .take(max.saturating_add(1))
-            .map(|(key, id)| (*key, id.clone()))
+            .map(|(key, _)| *key)
             .collect();
         let more = due.len() > max;
         let lease_until = now.saturating_add(lease);
-        let mut taken = Vec::new();
-        for ((score, seq), id) in due.into_iter().take(max) {
-            let rec = self.tick_rec(&id);
+        let mut taken = Vec::with_capacity(due.len().min(max));
+        for key in due.into_iter().take(max) {
+            let (score, seq) = key;
+            // Out of the order while it is changed; back under its lease end.
+            let id = self.order.remove(&key).expect("a live entry");
+            self.leases.remove(&key);
             let e = self.entries.get_mut(&id).expect("a live entry");
             e.attempt += 1;
             e.deadline = Some(e.tick.unwrap_or(score));
+            let tick = e.tick;
+            let rec = tick.and_then(|_| self.schedules.get(&id).map(|s| s.rec.clone()));
             if limit > 0 && e.attempt > limit {
                 e.attempt = limit;
-                let tick = e.tick;
+                self.order.insert(key, id.clone());
                 let next = rec
                     .as_ref()
                     .zip(tick)
@@ -326,18 +331,22 @@ impl State {
             }
             e.token = Some(Arc::clone(token));
             e.since = Some(now);
-            let value = e.value.clone();
-            let value = value.unwrap_or_else(|| self.schedule_value(&id));
-            let e = &self.entries[&id];
+            e.key = (lease_until, seq);
+            let (attempt, deadline) = (e.attempt, e.deadline.unwrap_or(score));
+            let value = match &e.value {
+                Some(value) => Arc::clone(value),
+                None => self.schedule_value(&id),
+            };
+            self.leases.insert((lease_until, seq));
             taken.push(Leased {
                 id: id.clone(),
                 value,
-                attempt: e.attempt,
-                deadline: e.deadline.unwrap_or(score),
+                attempt,
+                deadline,
                 lease_until,
-                tick: rec.zip(e.tick),
+                tick: rec.zip(tick),
             });
-            self.set_key(&id, (lease_until, seq));
+            self.order.insert((lease_until, seq), id);
         }
         (taken, more)
     }
@@ -419,7 +428,9 @@ impl State {
             }
             _ => {
                 // Ack or dead: the entry leaves the schedule.
-                let next = e.tick.zip(self.tick_rec(id)).and_then(|(tick, rec)| {
+                let tick = e.tick;
+                let next = tick.and_then(|tick| {
+                    let rec = self.tick_rec(id)?;
                     let since = self.entries[id].since;
                     super::ticks::next_tick(&rec, tick, since, now)
                 });
