@@ -43,7 +43,7 @@ use tracing::Instrument;
 
 use super::backoff::Backoff;
 use super::job::Job;
-use super::store::{Applied, Batch, Ending, Finish, MAX_CLAIM, Sealed, Taken};
+use super::store::{Applied, Batch, Ending, Finish, MAX_CLAIM, RunMetric, Sealed, Taken};
 use super::take::Abandon;
 use super::worker::Counters;
 use super::{Durable, Outcome};
@@ -53,7 +53,7 @@ mod heartbeat;
 mod run;
 
 use heartbeat::Extension;
-use run::{Fence, Guarded, Ran};
+use run::{Cause, Fence, Guarded, Ran};
 
 /// How long a request waits, while handlers still run, for more of them to
 /// end: handlers that end together then share one round trip (and one
@@ -79,7 +79,7 @@ type StoreError<Q> = <Q as Sealed>::Failure;
 /// How a handler's task ended.
 enum Ended {
     /// What the handler said (a panic: a retry).
-    Said(Outcome),
+    Said(Outcome, Cause),
     /// Aborted by the engine (see the run's state).
     Aborted,
     /// Stopped by its own fence: its lease may have run out.
@@ -95,6 +95,7 @@ struct Run<L> {
     state: RunState,
     /// Until when its lease is surely held (also read by its task).
     fence: Arc<Fence>,
+    started: Instant,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -143,6 +144,8 @@ enum Reply<Q: Sealed> {
 pub(super) struct Engine<Q: Durable, H, Fut> {
     queue: Q,
     name: String,
+    /// The store's name, for metrics.
+    store: &'static str,
     handler: Arc<H>,
     concurrency: usize,
     backoff: Backoff,
@@ -222,6 +225,7 @@ where
         let apart = queue.finishes_apart();
         Engine {
             name: queue.queue_name().to_owned(),
+            store: queue.store_kind(),
             lease: queue.lease_duration(),
             kicks: queue.kicks(),
             queue,
@@ -653,20 +657,21 @@ where
         let fence = Fence::new(valid_until);
         let outcome = AssertUnwindSafe(async move {
             let fut = handler(job);
-            fut.await.into()
+            (fut.await.into(), Cause::Handler)
         })
         .catch_unwind()
         .map(|outcome| {
             outcome.unwrap_or_else(|panic| {
                 let reason = panic_message(&*panic);
                 drop_payload(panic);
-                Outcome::retry(reason)
+                (Outcome::retry(reason), Cause::Panic)
             })
         });
         let run = Guarded::new(outcome, Arc::clone(&fence), self.timeout);
         let abort = self.tasks.spawn(run.instrument(span));
         self.by_id.insert(id.clone(), abort.id());
         self.counters.running.fetch_add(1, Ordering::Relaxed);
+        super::metrics::running(self.store, &self.name, 1);
         self.runs.insert(
             abort.id(),
             Run {
@@ -676,6 +681,7 @@ where
                 abort,
                 state: RunState::Running,
                 fence,
+                started: Instant::now(),
             },
         );
     }
@@ -683,7 +689,7 @@ where
     /// A handler's task ended: its outcome becomes a finish to send.
     fn joined(&mut self, joined: Result<(Id, Ran), JoinError>) {
         let (task, ended) = match joined {
-            Ok((task, Ran::Said(outcome))) => (task, Ended::Said(outcome)),
+            Ok((task, Ran::Said(outcome, cause))) => (task, Ended::Said(outcome, cause)),
             Ok((task, Ran::Fenced)) => (task, Ended::Fenced),
             Err(error) => {
                 let task = error.id();
@@ -703,7 +709,7 @@ where
                             if aborted {
                                 Ended::Aborted
                             } else {
-                                Ended::Said(Outcome::retry(reason))
+                                Ended::Said(Outcome::retry(reason), Cause::Panic)
                             },
                         )
                     }
@@ -715,9 +721,15 @@ where
         let Some(run) = self.remove_run(task) else {
             return;
         };
+        let took = run.started.elapsed();
         let outcome = match (run.state, ended) {
-            (RunState::Dropped, _) => return, // its lease was lost
+            (RunState::Dropped, _) => {
+                // Its lease was lost.
+                self.processed(took, "lost", None);
+                return;
+            }
             (_, Ended::Fenced) => {
+                self.processed(took, "lost", None);
                 Counters::bump(&self.counters.lost);
                 tracing::warn!(
                     queue = self.name,
@@ -729,13 +741,40 @@ where
             }
             (_, Ended::Aborted) => Ending::GiveBack { counted: true },
             // It ended before the abort took: its outcome stands.
-            (_, Ended::Said(outcome)) => self.ending(&run, outcome),
+            (_, Ended::Said(outcome, cause)) => {
+                let ending = self.ending(&run, outcome);
+                let (label, error) = match (&ending, cause) {
+                    (Ending::Ack, _) => ("done", None),
+                    (Ending::Snooze { .. }, _) => ("snooze", None),
+                    (Ending::Discard { .. }, _) => ("discard", Some("handler")),
+                    (_, Cause::Timeout) => ("timeout", Some("timeout")),
+                    (_, Cause::Panic) => ("panic", Some("panic")),
+                    _ => ("retry", Some("handler")),
+                };
+                self.finished.push(Finish {
+                    lease: run.lease,
+                    ending,
+                    resent: false,
+                    run: Some(RunMetric {
+                        took,
+                        outcome: label,
+                        error,
+                    }),
+                });
+                return;
+            }
         };
         self.finished.push(Finish {
             lease: run.lease,
             ending: outcome,
             resent: false,
+            run: None,
         });
+    }
+
+    /// Reports a handler run (`messaging.process.duration`).
+    fn processed(&self, took: Duration, outcome: &'static str, error: Option<&'static str>) {
+        super::metrics::processed(self.store, &self.name, took, outcome, error);
     }
 
     /// How `run` ends by what its handler said; counts its failures.
@@ -771,6 +810,7 @@ where
             self.by_id.remove(&run.id);
         }
         self.counters.running.fetch_sub(1, Ordering::Relaxed);
+        super::metrics::running(self.store, &self.name, -1);
         Some(run)
     }
 
@@ -816,6 +856,7 @@ where
                 lease: entry.taken.lease,
                 ending: Ending::GiveBack { counted: false },
                 resent: false,
+                run: None,
             });
         }
     }
@@ -825,6 +866,14 @@ where
     fn settled(&mut self, sent: &[Finish<Lease<Q>>], done: &[Applied]) {
         let mut pending = false;
         for (finish, applied) in sent.iter().zip(done) {
+            if let (Some(run), false) = (finish.run, *applied == Applied::Pending) {
+                let outcome = match applied {
+                    Applied::Lost if !finish.resent => "lost",
+                    Applied::Dead if matches!(finish.ending, Ending::Fail { .. }) => "dead",
+                    _ => run.outcome,
+                };
+                self.processed(run.took, outcome, run.error);
+            }
             match (&finish.ending, applied) {
                 (_, Applied::Pending) => {
                     pending = true;

@@ -78,6 +78,7 @@ mod backoff;
 mod engine;
 mod entries;
 mod job;
+pub(crate) mod metrics;
 pub(crate) mod ops;
 mod outcome;
 pub(crate) mod rules;

@@ -343,6 +343,7 @@ impl Retention {
         format!("{age},{count}")
     }
 
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     /// The rules a Redis script takes: `<max attempts>,<max age ms>,<max
     /// count>`, or the max attempts alone when no retention is set.
     pub(crate) fn with_limit(self, max_attempts: u32) -> String {

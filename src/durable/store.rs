@@ -43,6 +43,20 @@ pub struct Finish<L> {
     /// then, so `Applied::Lost` now says nothing (the worker's business; the
     /// stores ignore it).
     pub resent: bool,
+    /// The handler run it ends, for `messaging.process.duration` once the
+    /// store has said what became of it (the worker's business too).
+    pub run: Option<RunMetric>,
+}
+
+/// A handler run, as metrics report it.
+#[derive(Debug, Clone, Copy)]
+pub struct RunMetric {
+    pub took: Duration,
+    /// `done`, `retry`, `snooze`, `discard`, `timeout` or `panic` (`dead`
+    /// and `lost` are known once applied).
+    pub outcome: &'static str,
+    /// A failure's type: `handler`, `timeout`, `panic`.
+    pub error: Option<&'static str>,
 }
 
 /// One entry leased to the worker.
@@ -115,6 +129,8 @@ pub trait Sealed {
     type Failure: std::error::Error + Send + Sync + 'static;
 
     fn queue_name(&self) -> &str;
+    /// The store's name in metrics: `memory`, `redis`, `postgres`.
+    fn store_kind(&self) -> &'static str;
     fn lease_duration(&self) -> Duration;
     fn poll_interval(&self) -> Duration;
     fn new_attempt(&self) -> Self::Attempt;
@@ -166,4 +182,18 @@ pub trait Sealed {
         leases: &[Self::Lease],
         lease: Duration,
     ) -> impl Future<Output = Result<Vec<bool>, Self::Failure>> + Send;
+}
+
+/// Reports what `batch` delivered (`messaging.client.consumed.messages`,
+/// `punctual.delivery.lateness`).
+pub(crate) fn record_delivered<Q: Sealed + ?Sized>(queue: &Q, batch: &Batch<Q::Value, Q::Lease>) {
+    super::metrics::delivered(
+        queue.store_kind(),
+        queue.queue_name(),
+        batch.now,
+        batch
+            .taken
+            .iter()
+            .map(|t| (t.attempt, t.deadline, t.schedule.is_some())),
+    );
 }

@@ -262,6 +262,8 @@ impl<Q: Durable> WorkerBuilder<Q> {
         let counters = Arc::new(Counters::default());
         let (stop, stopped) = watch::channel(None);
         let (answer, answered) = watch::channel(false);
+        #[cfg(feature = "metrics")]
+        let queue = self.queue.clone();
         let engine = Engine::new(
             self.queue,
             handler,
@@ -272,11 +274,34 @@ impl<Q: Durable> WorkerBuilder<Q> {
             stopped,
             answer,
         );
+        #[cfg(feature = "metrics")]
+        runtime.spawn(report_entries(queue, answered.clone()));
         Worker {
             counters,
             stop,
             answered,
             engine: runtime.spawn(engine.run()),
+        }
+    }
+}
+
+/// Reports the queue's counts (`punctual.queue.entries`) every
+/// [`STATS_EVERY`](super::metrics::STATS_EVERY) while the worker runs (until
+/// its shutdown has answered, or its engine has ended).
+#[cfg(feature = "metrics")]
+async fn report_entries<Q: Durable>(queue: Q, mut answered: watch::Receiver<bool>) {
+    loop {
+        match queue.stats().await {
+            Ok(stats) => super::metrics::entries(queue.store_kind(), queue.queue_name(), &stats),
+            Err(error) => tracing::debug!(queue = queue.queue_name(), %error,
+                "could not read the queue's counts for metrics"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(super::metrics::STATS_EVERY) => {}
+            changed = answered.wait_for(|answered| *answered) => {
+                let _ = changed;
+                return;
+            }
         }
     }
 }

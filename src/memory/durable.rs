@@ -12,7 +12,7 @@ use super::error::Error;
 use super::inner::NAP;
 use super::queue::MemoryQueue;
 use crate::durable::ops::{Held, Op, decode};
-use crate::durable::store::{Applied, Batch, Finish, Sealed, Taken};
+use crate::durable::store::{Applied, Batch, Finish, Sealed, Taken, record_delivered};
 use crate::durable::wait::Waiter;
 
 crate::durable::durable_by_inherent_methods!(MemoryQueue);
@@ -26,6 +26,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for MemoryQ
 
     fn queue_name(&self) -> &str {
         &self.inner().name
+    }
+
+    fn store_kind(&self) -> &'static str {
+        "memory"
     }
 
     fn lease_duration(&self) -> Duration {
@@ -94,13 +98,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for MemoryQ
         if !refused.is_empty() {
             self.inner().finish(&refused, self.rules);
         }
-        Ok(Batch {
+        let batch = Batch {
             done: claim.done,
             taken,
             more_due: claim.more,
             next_due: claim.next_due,
             now: system_time(claim.now),
-        })
+        };
+        record_delivered(self, &batch);
+        Ok(batch)
     }
 
     async fn finish(&self, finished: &[Finish<Held>]) -> Result<Vec<Applied>, Error> {

@@ -169,6 +169,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
     /// ```
     pub async fn insert(&self, value: &T, delay: Duration) -> Result<String, Error> {
         let value = encode(value)?;
+        self.inserted(1);
         let delay = millis(delay);
         Ok(self.inner.write(|state, now, moved| {
             state
@@ -185,6 +186,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
     /// As [`insert`](Self::insert).
     pub async fn insert_at(&self, value: &T, at: SystemTime) -> Result<String, Error> {
         let value = encode(value)?;
+        self.inserted(1);
         let at = ms_of(at);
         Ok(self
             .inner
@@ -209,11 +211,13 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
         check_id(id)?;
         let value = encode(value)?;
         let delay = millis(delay);
-        Ok(self.inner.write(|state, now, moved| {
+        let inserted = self.inner.write(|state, now, moved| {
             state
                 .insert(Some(id), value, now.saturating_add(delay), moved)
                 .is_some()
-        }))
+        });
+        self.inserted(u64::from(inserted));
+        Ok(inserted)
     }
 
     /// Inserts many entries at once, all or none, each due its delay from
@@ -229,6 +233,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
             .iter()
             .map(|(value, delay)| Ok((encode(value)?, millis(*delay))))
             .collect::<Result<Vec<_>, Error>>()?;
+        self.inserted(values.len() as u64);
         Ok(self.inner.write(|state, now, moved| {
             values
                 .into_iter()
@@ -490,6 +495,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
             let first = || super::ticks::first_tick(&rec, now);
             state.schedule(name, rec.clone(), value, first, moved)
         });
+        if result == Ok(true) {
+            crate::durable::metrics::inserted("memory", self.name(), "schedule", 1);
+        }
         result.map_err(|()| {
             Error::InvalidSchedule(format!(
                 "the id `{name}` is taken by an entry that is not a schedule's tick"
@@ -706,6 +714,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
                 .map(|m| moved.announce |= m.announce)
                 .is_some()
         }))
+    }
+
+    /// Reports `n` entries inserted (`messaging.client.sent.messages`).
+    fn inserted(&self, n: u64) {
+        crate::durable::metrics::inserted("memory", self.name(), "insert", n);
     }
 
     async fn take_within(

@@ -11,7 +11,7 @@ use super::error::Error;
 use super::inner::{Attempt, Claimed, Held, Op};
 use super::queue::PgQueue;
 use super::wait::Listener;
-use crate::durable::store::{Applied, Batch, Finish, Sealed, Taken};
+use crate::durable::store::{Applied, Batch, Finish, Sealed, Taken, record_delivered};
 use crate::durable::wait::Waiter;
 
 crate::durable::durable_by_inherent_methods!(PgQueue);
@@ -24,6 +24,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue
 
     fn queue_name(&self) -> &str {
         &self.inner().name
+    }
+
+    fn store_kind(&self) -> &'static str {
+        "postgres"
     }
 
     fn lease_duration(&self) -> Duration {
@@ -128,13 +132,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue
                     "could not move entries to the dead letters");
             }
         }
-        Ok(Batch {
+        let batch = Batch {
             done: claim.done,
             taken,
             more_due: claim.more_due,
             next_due: claim.next_due,
             now: super::inner::system_time(claim.now),
-        })
+        };
+        record_delivered(self, &batch);
+        Ok(batch)
     }
 
     async fn finish(&self, finished: &[Finish<Held>]) -> Result<Vec<Applied>, Error> {

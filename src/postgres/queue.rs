@@ -265,6 +265,13 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             .fetch_one(executor)
             .await?;
         // NULL: the caller's id was taken.
+        let inserted = made.is_some();
+        crate::durable::metrics::inserted(
+            "postgres",
+            &self.inner.name,
+            "insert",
+            u64::from(inserted),
+        );
         Ok(match made {
             Some(id) => (true, id),
             None => (false, id.unwrap_or_default().to_owned()),

@@ -49,14 +49,16 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             .collect::<Result<Vec<_>, _>>()?;
         let delays: Vec<i64> = entries.iter().map(|(_, delay)| millis(*delay)).collect();
         let inner = self.inner();
-        Ok(call!(inner, |conn| {
+        let ids: Vec<String> = call!(inner, |conn| {
             sqlx::query_scalar(&inner.sql.insert_many)
                 .bind(&inner.name)
                 .bind(&inner.channel)
                 .bind(&values)
                 .bind(&delays)
                 .fetch_one(conn)
-        })?)
+        })?;
+        crate::durable::metrics::inserted("postgres", &inner.name, "insert", ids.len() as u64);
+        Ok(ids)
     }
 
     /// Creates or changes the schedule `name`: a tick every `period`, on a
@@ -143,7 +145,16 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                     let from: i64 = row.try_get("cron_from")?;
                     cands = cron_instants(&rec, from, 2)?;
                 }
-                changed => return Ok(changed == 1),
+                changed => {
+                    let changed = changed == 1;
+                    crate::durable::metrics::inserted(
+                        "postgres",
+                        &inner.name,
+                        "schedule",
+                        u64::from(changed),
+                    );
+                    return Ok(changed);
+                }
             }
         }
         Err(Error::Unsupported(format!(

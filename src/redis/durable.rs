@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use super::error::Error;
 use super::inner::{Attempt, Held, Op};
 use super::queue::RedisQueue;
-use crate::durable::store::{Applied, Batch, Finish, Sealed, Taken};
+use crate::durable::store::{Applied, Batch, Finish, Sealed, Taken, record_delivered};
 use crate::durable::wait::Waiter;
 
 crate::durable::durable_by_inherent_methods!(RedisQueue);
@@ -23,6 +23,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQu
 
     fn queue_name(&self) -> &str {
         &self.inner().name
+    }
+
+    fn store_kind(&self) -> &'static str {
+        "redis"
     }
 
     fn lease_duration(&self) -> Duration {
@@ -83,13 +87,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQu
                 }
             })
             .await;
-        Ok(Batch {
+        let batch = Batch {
             done,
             taken,
             more_due,
             next_due,
             now,
-        })
+        };
+        record_delivered(self, &batch);
+        Ok(batch)
     }
 
     async fn finish(&self, finished: &[Finish<Held>]) -> Result<Vec<Applied>, Error> {

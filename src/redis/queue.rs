@@ -194,6 +194,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         self.inner.identify(&mut invocation);
         invocation.arg(1).arg(id).arg(json).arg(kind).arg(ms);
         let (inserted, id): (bool, String) = self.inner.run(&invocation).await?;
+        crate::durable::metrics::inserted("redis", self.name(), "insert", u64::from(inserted));
         Ok((inserted, id))
     }
 

@@ -57,6 +57,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         }
         // {inserted, id, ...}: the ids, in order.
         let reply: Vec<(i64, String)> = inner.run(&invocation).await?;
+        crate::durable::metrics::inserted("redis", &inner.name, "insert", reply.len() as u64);
         Ok(reply.into_iter().map(|(_, id)| id).collect())
     }
 
@@ -168,7 +169,16 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 .arg(&inner.keys.channel);
             inner.identify(&mut invocation);
             match inner.run::<Value>(&invocation).await? {
-                Value::Int(changed) => return Ok(changed == 1),
+                Value::Int(changed) => {
+                    let changed = changed == 1;
+                    crate::durable::metrics::inserted(
+                        "redis",
+                        &inner.name,
+                        "schedule",
+                        u64::from(changed),
+                    );
+                    return Ok(changed);
+                }
                 other => {
                     let (code, from): (i64, i64) = parse(other)?;
                     if code == TAKEN {

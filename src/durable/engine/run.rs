@@ -66,10 +66,20 @@ impl Fence {
 /// How a handler's task ended (an abort aside).
 #[derive(Debug)]
 pub(super) enum Ran {
-    /// What the handler said (a panic: a retry with the panic's message).
-    Said(Outcome),
+    /// What the handler said (a panic or a timeout: a retry with its
+    /// message), and what made it say so.
+    Said(Outcome, Cause),
     /// Its lease may have run out: not polled again, its outcome discarded.
     Fenced,
+}
+
+/// What made a run end as it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cause {
+    /// The handler returned.
+    Handler,
+    Panic,
+    Timeout,
 }
 
 pin_project! {
@@ -101,10 +111,13 @@ impl<F> Guarded<F> {
 }
 
 fn timed_out(limit: Duration) -> Ran {
-    Ran::Said(Outcome::retry(format_args!("timed out after {limit:?}")))
+    Ran::Said(
+        Outcome::retry(format_args!("timed out after {limit:?}")),
+        Cause::Timeout,
+    )
 }
 
-impl<F: Future<Output = Outcome>> Future for Guarded<F> {
+impl<F: Future<Output = (Outcome, Cause)>> Future for Guarded<F> {
     type Output = Ran;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Ran> {
@@ -132,7 +145,7 @@ impl<F: Future<Output = Outcome>> Future for Guarded<F> {
                         return Poll::Ready(timed_out(limit.1));
                     }
                 }
-                Poll::Ready(Ran::Said(result))
+                Poll::Ready(Ran::Said(result.0, result.1))
             }
             Poll::Pending => {
                 if let Some(timer) = this.timer.as_mut().as_pin_mut() {
