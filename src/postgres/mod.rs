@@ -74,7 +74,16 @@
 //! | `<schema>.entries` | one entry of any queue of the schema | `queue`, `id` (primary key); `seq` (insertion order); `run_at` (ms since the epoch, database clock: the due time while pending, the lease end while leased, `NULL` while dead); `value` (JSON text, serde_json); `attempt`; `token` and `since` (the claim holding the lease, and when it was made); `deadline` (when the current delivery was due); `tick` (a schedule's tick: its instant); `reason`, `died_at` (dead letters) |
 //! | `<schema>.schedules` | one recurring schedule | `queue`, `name` (primary key); `rec` (`e,<period ms>,<policy>` or `c,<cron expression>`); `value` |
 //! | `<schema>.given_up` | the token of a claim its handle gave up on or sent again, kept an hour | `token` (primary key); `at` (when) |
+//! | `<schema>.queues` | one queue's own state | `queue` (primary key); `paused_at` (since when it is paused, or `NULL`) |
 //! | `<schema>.meta` | the schema's version | `version` |
+//!
+//! A page of [`entries`](PgQueue::entries) is one call of `page`, one index
+//! range scan from the cursor on: `entries_due` for the due and the pending
+//! entries (the latter stepping over the leased rows among them),
+//! `entries_leased` (a partial index of the leased rows) and `entries_dead`.
+//! A claim takes a shared advisory lock that [`pause`](PgQueue::pause)
+//! takes exclusively, then reads the queue's `paused_at`: once `pause`
+//! returns, no claim hands anything out.
 //!
 //! Generated ids are `#` followed by a number from the sequence
 //! `<schema>.seq`. The `LISTEN` channel of a queue is `punctual_` followed by

@@ -53,7 +53,7 @@
 //! | key | type | contents |
 //! |---|---|---|
 //! | `punctual:{name}:schedule` | sorted set | member `<seq><id>`, score: due time, or end of the lease while leased (ms since the Unix epoch, server clock) |
-//! | `punctual:{name}:entries` | hash | `m:<id>` → the entry's record; `v:<id>` → its value as JSON (serde_json); `r:<id>` → why a dead letter died |
+//! | `punctual:{name}:entries` | hash | `m:<id>` → the entry's record; `v:<id>` → its value as JSON (serde_json); `r:<id>` → why its last attempt failed (kept until it is acked), or why a dead letter died; `paused` → since when (ms) the queue is paused, while it is |
 //! | `punctual:{name}:leases` | sorted set | id → end of its lease, for leased entries |
 //! | `punctual:{name}:dead` | sorted set | id → when it died, for dead letters |
 //! | `punctual:{name}:seq` | string | the sequence counter |
@@ -69,7 +69,10 @@
 //!
 //! `<seq>` is 16 lowercase hex digits of a counter taken from `seq` at insert
 //! (and at reset, retry and requeue), so members with equal scores sort in
-//! insertion order: equal deadlines come out FIFO. Generated ids are `#`
+//! insertion order: equal deadlines come out FIFO. A page of
+//! [`entries`](RedisQueue::entries) is one script reading a range of one
+//! sorted set: `schedule` (pending, stepping over the leased members; due),
+//! `leases` or `dead`, from the cursor's score on. Generated ids are `#`
 //! followed by that counter in decimal. A claim takes members with score ≤
 //! now in order, sets the score and `leases` to now + lease, increments the
 //! attempt and stores the claim's *token*: a string the consumer made, never
