@@ -145,3 +145,51 @@ async fn insert_in_a_transaction_exists_only_after_commit() {
     let stats = q.stats().await.unwrap();
     assert_eq!((stats.pending, stats.due, stats.leased), (0, 0, 1));
 }
+
+/// `queue_names` finds every queue of a schema (an entry, only a schedule,
+/// only a pause), and none in a schema without the tables.
+#[tokio::test]
+async fn queue_names_lists_every_queue_of_a_schema() {
+    let db = PgDb::new();
+    let url = db.url();
+    assert_eq!(
+        punctual::postgres::queue_names(&url, "nothing_here")
+            .await
+            .unwrap(),
+        Vec::<String>::new()
+    );
+    let open = |name: &'static str| {
+        PgQueue::<u64>::builder(name)
+            .url(&url)
+            .schema("listed")
+            .build()
+    };
+    let a = open("a").await.unwrap();
+    for n in 0..50 {
+        a.insert(&n, Duration::from_secs(3600)).await.unwrap();
+    }
+    let b = open("b").await.unwrap();
+    b.schedule_every(
+        "s",
+        Duration::from_secs(3600),
+        punctual::MissedTicks::Skip,
+        &1,
+    )
+    .await
+    .unwrap();
+    let c = open("c").await.unwrap();
+    assert!(c.pause().await.unwrap());
+    let d = open("d").await.unwrap();
+    d.insert(&1, Duration::from_secs(3600)).await.unwrap();
+    let _empty = open("empty").await.unwrap();
+    assert_eq!(
+        punctual::postgres::queue_names(&url, "listed")
+            .await
+            .unwrap(),
+        ["a", "b", "c", "d"]
+    );
+    assert!(matches!(
+        punctual::postgres::queue_names(&url, "bad name").await,
+        Err(punctual::postgres::Error::InvalidName(_))
+    ));
+}

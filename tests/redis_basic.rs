@@ -91,3 +91,28 @@ async fn a_pending_entry_is_a_member_a_record_and_a_value_under_the_hash_tag() {
     q.purge().await.unwrap();
     assert_eq!(server.cli(&["KEYS", "*"]), "");
 }
+
+/// `queue_names` finds every queue on the server by its keys, whatever it
+/// holds (an entry, only a schedule, only a pause mark), and nothing else.
+#[tokio::test]
+async fn queue_names_lists_every_queue_on_the_server() {
+    let server = RedisServer::start();
+    assert_eq!(
+        punctual::redis::queue_names(&server.url()).await.unwrap(),
+        Vec::<String>::new()
+    );
+    let a: RedisQueue<u64> = open(&server, "a").await;
+    a.insert(&1, HOUR).await.unwrap();
+    let b: RedisQueue<u64> = open(&server, "b:colon").await;
+    b.schedule_every("s", HOUR, punctual::MissedTicks::Skip, &1)
+        .await
+        .unwrap();
+    let c: RedisQueue<u64> = open(&server, "c").await;
+    assert!(c.pause().await.unwrap());
+    let _empty: RedisQueue<u64> = open(&server, "empty").await;
+    server.cli(&["SET", "unrelated", "1"]);
+    assert_eq!(
+        punctual::redis::queue_names(&server.url()).await.unwrap(),
+        ["a", "b:colon", "c"]
+    );
+}

@@ -194,6 +194,7 @@
 
 mod builder;
 mod delivery;
+mod discover;
 mod durable;
 mod error;
 mod inner;
@@ -208,6 +209,7 @@ pub use crate::durable::ScheduleInfo;
 pub use ::sqlx;
 pub use builder::PgQueueBuilder;
 pub use delivery::Delivery;
+pub use discover::queue_names;
 pub use error::Error;
 pub use queue::PgQueue;
 

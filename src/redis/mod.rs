@@ -231,6 +231,7 @@
 mod builder;
 mod conn;
 mod delivery;
+mod discover;
 mod durable;
 mod error;
 mod inner;
@@ -244,6 +245,7 @@ pub use crate::durable::ScheduleInfo;
 pub use ::redis as client;
 pub use builder::RedisQueueBuilder;
 pub use delivery::Delivery;
+pub use discover::queue_names;
 pub use error::Error;
 pub use queue::RedisQueue;
 
