@@ -408,6 +408,9 @@ common::stores::on_durable_stores! {
             async move { leased.stats().await.unwrap().leased == 1 }
         })
         .await;
+        // Leased is not yet running: give its handler a moment to start
+        // (and print) before the kill, well inside the 800 ms lease.
+        sleep(ms(200)).await;
         let killed_at = wall();
         child.kill().unwrap(); // SIGKILL
         let (_, out, _) = finish(&mut child, WAIT);

@@ -16,6 +16,7 @@ use super::error::{Error, check_id};
 use super::inner::{Attempt, Claim, Claimed, Held, Inner, MAX_BATCH, millis, system_time};
 use super::scripts::SCRIPTS;
 use super::{DeadLetter, RedisStats};
+use crate::durable::store::{Sealed, Taken};
 use crate::durable::wait::Backoff;
 use crate::queue::deadline_after;
 
@@ -343,12 +344,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     pub async fn try_take(&self) -> Result<Option<Delivery<T>>, Error> {
         let mut pending = Abandon(&self.inner, Attempt::new());
         loop {
-            let claim = self.inner.claim(&mut pending.1, 1, &[]).await?;
-            self.inner.next_due(&claim);
-            let more_due = claim.head.is_some_and(|head| head <= claim.now);
-            let mut taken = self.deliveries(claim).await;
-            if !taken.is_empty() || !more_due {
-                return Ok(taken.pop());
+            let mut batch = Sealed::claim(self, &mut pending.1, 1, &[]).await?;
+            if let Some(taken) = batch.taken.pop() {
+                return Ok(Some(self.delivery(taken)));
+            }
+            if !batch.more_due {
+                return Ok(None);
             }
             pending.1 = Attempt::new();
         }
@@ -543,35 +544,19 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let taken = crate::durable::take::take_until(self, max, until).await?;
         Ok(taken
             .into_iter()
-            .map(|taken| {
-                Delivery::new(
-                    Arc::clone(&self.inner),
-                    taken.lease,
-                    taken.attempt,
-                    taken.value,
-                    taken.deadline,
-                    taken.lease_until,
-                )
-            })
+            .map(|taken| self.delivery(taken))
             .collect())
     }
 
-    /// Turns a claim into deliveries; values that do not decode are never
-    /// handed out (a failed attempt each: retried with backoff, to the dead
-    /// letters once attempts reach the limit), and cron ticks the claim
-    /// marked go to the dead letters.
-    pub(crate) async fn deliveries(&self, claim: Claim) -> Vec<Delivery<T>> {
-        self.decoded(claim, |held, attempt, value, deadline, lease_until| {
-            Delivery::new(
-                Arc::clone(&self.inner),
-                held,
-                attempt,
-                value,
-                deadline,
-                lease_until,
-            )
-        })
-        .await
+    fn delivery(&self, taken: Taken<T, Held>) -> Delivery<T> {
+        Delivery::new(
+            Arc::clone(&self.inner),
+            taken.lease,
+            taken.attempt,
+            taken.value,
+            taken.deadline,
+            taken.lease_until,
+        )
     }
 
     /// The claimed entries whose values decode, each made into an `R` by
