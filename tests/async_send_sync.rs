@@ -176,7 +176,10 @@ fn postgres_types_are_send_and_sync() {
 
 #[test]
 fn memory_and_store_neutral_types_are_send_and_sync() {
-    use punctual::durable::{DeadLetter, Durable, Outcome, QueueStats, Worker, WorkerBuilder};
+    use punctual::durable::{
+        Cursor, DeadLetter, Durable, EntryInfo, EntryState, Outcome, Page, QueueStats, Worker,
+        WorkerBuilder,
+    };
     use punctual::memory::{Delivery, Error, MemoryQueue, MemoryQueueBuilder, MemoryStats};
     fn types_send_sync<T: Send + Sync>() {}
     types_send_sync::<MemoryQueue<String>>();
@@ -195,6 +198,13 @@ fn memory_and_store_neutral_types_are_send_and_sync() {
     is_debug::<Error>();
     is_debug::<Outcome>();
     is_debug::<QueueStats>();
+    types_send_sync::<EntryInfo<String>>();
+    types_send_sync::<Page<String>>();
+    types_send_sync::<Cursor>();
+    types_send_sync::<EntryState>();
+    is_debug::<EntryInfo<String>>();
+    is_debug::<Page<String>>();
+    is_debug::<Cursor>();
 
     async fn futures_are_send(q: MemoryQueue<String>) {
         send(&q.insert(&String::new(), std::time::Duration::ZERO));
@@ -221,6 +231,11 @@ fn memory_and_store_neutral_types_are_send_and_sync() {
         send(&q.stats());
         send(&q.schedules());
         send(&q.requeue_dead("a", d));
+        send(&q.entries(EntryState::Dead, None, 10));
+        send(&q.entry("a"));
+        send(&q.pause());
+        send(&q.run_now("a"));
+        send(&q.clear_dead());
     }
     let _ = futures_are_send;
     let _ = durable_futures_are_send::<MemoryQueue<String>>;

@@ -900,3 +900,28 @@ async fn a_worker_killed_mid_handler_leaves_the_entry_to_another_worker_after_it
     assert_eq!((stats.completed, stats.failed, stats.lost), (1, 0, 0));
     assert_eq!(q.stats().await.unwrap(), PgStats::default());
 }
+
+/// A pause is kept in the database: after a kill -9 and a restart of the
+/// server, the queue is still paused, a consumer takes nothing, and
+/// `resume` lets it take.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_survives_a_restart_of_the_server() {
+    let mut server = block_in_place(PgServer::start);
+    let q = queue(&server.url(), "paused", HOUR).await;
+    assert!(q.insert_with_id("a", &1, Duration::ZERO).await.unwrap());
+    assert!(q.pause().await.unwrap());
+    block_in_place(|| server.kill());
+    block_in_place(|| server.restart());
+    let is_paused = second_try("is_paused after the restart", || q.is_paused()).await;
+    assert!(is_paused, "the pause was lost with the restart");
+    assert!(
+        q.try_take().await.unwrap().is_none(),
+        "a paused queue handed an entry out"
+    );
+    assert!(q.resume().await.unwrap());
+    let d = within("take after resume", PATIENCE, q.take())
+        .await
+        .unwrap();
+    assert_eq!(d.id(), "a");
+    assert!(d.ack().await.unwrap());
+}

@@ -802,3 +802,30 @@ fn spawn_child(test: &str, mode: &str, env: &[(&str, String)]) -> Child {
         .spawn()
         .expect("spawn the child test process")
 }
+
+/// A pause is kept in Redis: after a kill -9 and a restart of the server
+/// (append-only file on), the queue is still paused, a consumer takes
+/// nothing, and `resume` lets it take.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_survives_a_restart_of_the_server() {
+    let mut server = RedisServer::start();
+    let q = queue(&server, "paused", LEASE).await;
+    assert!(q.insert_with_id("a", &1, Duration::ZERO).await.unwrap());
+    assert!(q.pause().await.unwrap());
+    block_in_place(|| server.kill());
+    block_in_place(|| server.restart());
+    let is_paused = second_try("is_paused after the restart", || q.is_paused()).await;
+    assert!(is_paused, "the pause was lost with the restart");
+    assert!(
+        q.try_take().await.unwrap().is_none(),
+        "a paused queue handed an entry out"
+    );
+    assert!(q.resume().await.unwrap());
+    let d = q
+        .take_timeout(PATIENCE)
+        .await
+        .unwrap()
+        .expect("taken after resume");
+    assert_eq!(d.id(), "a");
+    assert!(d.ack().await.unwrap());
+}
