@@ -115,8 +115,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         check_id(id)?;
         let mut invocation = self.inner().script(&SCRIPTS.entry);
         invocation.arg(id);
-        let reply: Option<(u64, u64, i64, String, Option<String>, Option<String>)> =
-            self.inner().run(&invocation).await?;
+        let reply: Option<EntryReply> = self.inner().run(&invocation).await?;
         Ok(reply.map(|(now, score, dead, record, value, reason)| {
             let token = record.split(',').nth(1).unwrap_or("");
             let state = if dead == 1 {
@@ -239,6 +238,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         inner.run(&invocation).await
     }
 }
+
+/// What `entry.lua` answers: now, score, dead (0/1), record, value, reason.
+type EntryReply = (u64, u64, i64, String, Option<String>, Option<String>);
 
 /// An entry read by a script: its record is
 /// `attempt,token,since,deadline,tick,member`.
