@@ -9,8 +9,10 @@
 //!   own async mutex: the first caller to find a slot stale reads the
 //!   store while the others wait for its answer, so however many people
 //!   watch, a queue's counts are read at most once per `stats_ttl` (errors
-//!   are kept as long, so a store that is down is not hammered either). A
-//!   write forgets the queue's slots, so the page after it shows its effect.
+//!   are kept as long, so a store that is down is not hammered either).
+//!   With `background`, a stale snapshot is answered at once and one task
+//!   (the slot's `refreshing` flag) reads it again. A write forgets the
+//!   queue's slots, so the page after it shows its effect.
 //! - `handles` opens each queue once; `history` is a std mutex never held
 //!   across an await.
 
@@ -38,6 +40,10 @@ pub(crate) struct Policy {
     pub(crate) stats_ttl: Duration,
     /// Whether fresh counts are kept for the charts.
     pub(crate) history: bool,
+    /// Whether stale counts are answered at once while one task reads them
+    /// again (a page never waits on a slow count; the first read of a
+    /// queue, and the one after a write, still wait).
+    pub(crate) background: bool,
 }
 
 impl Policy {
@@ -47,6 +53,7 @@ impl Policy {
         discovery_ttl: Duration::from_secs(3600),
         stats_ttl: Duration::ZERO,
         history: false,
+        background: false,
     };
 
     /// A dashboard that many people may watch at once.
@@ -54,6 +61,7 @@ impl Policy {
         discovery_ttl: Duration::from_secs(30),
         stats_ttl: Duration::from_secs(3),
         history: true,
+        background: true,
     };
 }
 
@@ -166,6 +174,7 @@ impl std::fmt::Debug for Ops {
 
 impl Ops {
     pub(crate) fn new(sources: Vec<Source>, policy: Policy) -> Ops {
+        debug_assert!(!policy.discovery_ttl.is_zero());
         Ops {
             sources,
             policy,
@@ -176,6 +185,11 @@ impl Ops {
             history: Mutex::new(HashMap::new()),
             stats_reads: AtomicU64::new(0),
         }
+    }
+
+    /// How long a queue's counts stay good.
+    pub(crate) fn refresh(&self) -> Duration {
+        self.policy.stats_ttl
     }
 
     pub(crate) fn sources(&self) -> &[Source] {
@@ -298,10 +312,29 @@ impl Ops {
 
     /// The counts, paused flag and clock of `id`, read at most once per
     /// `stats_ttl`.
-    pub(crate) async fn snapshot(&self, id: &QueueId) -> Result<Snapshot, OpError> {
-        self.snapshots
-            .get(id, self.policy.stats_ttl, || self.read_snapshot(id))
-            .await
+    pub(crate) async fn snapshot(self: &Arc<Self>, id: &QueueId) -> Result<Snapshot, OpError> {
+        let ttl = self.policy.stats_ttl;
+        let slot = self.snapshots.slot(id);
+        let mut held = slot.value.lock().await;
+        if let Some((at, value)) = &*held {
+            if at.elapsed() < ttl {
+                return value.clone();
+            }
+            if let (true, Ok(stale)) = (self.policy.background && !ttl.is_zero(), value) {
+                if !slot.refreshing.swap(true, Ordering::AcqRel) {
+                    let (ops, id, slot) = (self.clone(), id.clone(), slot.clone());
+                    tokio::spawn(async move {
+                        let fresh = ops.read_snapshot(&id).await;
+                        *slot.value.lock().await = Some((Instant::now(), fresh));
+                        slot.refreshing.store(false, Ordering::Release);
+                    });
+                }
+                return Ok(*stale);
+            }
+        }
+        let value = self.read_snapshot(id).await;
+        *held = Some((Instant::now(), value.clone()));
+        value
     }
 
     async fn read_snapshot(&self, id: &QueueId) -> Result<Snapshot, OpError> {
@@ -370,7 +403,7 @@ impl Ops {
     }
 
     /// One queue with its counts.
-    pub(crate) async fn stats(&self, q: &str) -> Result<Listed, OpError> {
+    pub(crate) async fn stats(self: &Arc<Self>, q: &str) -> Result<Listed, OpError> {
         let id = self.resolve(q).await?;
         let snapshot = self.snapshot(&id).await?;
         let found = self.found().await;
@@ -419,13 +452,13 @@ impl Ops {
 
     /// What comes due over the next hour (read at most once per
     /// `stats_ttl`, from at most [`READ_AT_MOST`] entries).
-    pub(crate) async fn timeline(&self, id: &QueueId) -> Result<Timeline, OpError> {
+    pub(crate) async fn timeline(self: &Arc<Self>, id: &QueueId) -> Result<Timeline, OpError> {
         self.timelines
             .get(id, self.policy.stats_ttl, || self.read_timeline(id))
             .await
     }
 
-    async fn read_timeline(&self, id: &QueueId) -> Result<Timeline, OpError> {
+    async fn read_timeline(self: &Arc<Self>, id: &QueueId) -> Result<Timeline, OpError> {
         let snapshot = self.snapshot(id).await?;
         let handle = self.handle(id).await?;
         let mut timeline = Timeline::new(snapshot.now(), snapshot.stats.due);
@@ -563,10 +596,14 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// One cached value (or error) per queue, each read by one caller at a
 /// time while the others wait for it.
 struct Slots<T> {
-    map: Mutex<HashMap<QueueId, Slot<T>>>,
+    map: Mutex<HashMap<QueueId, Arc<Slot<T>>>>,
 }
 
-type Slot<T> = Arc<tokio::sync::Mutex<Option<(Instant, Result<T, OpError>)>>>;
+struct Slot<T> {
+    value: tokio::sync::Mutex<Option<(Instant, Result<T, OpError>)>>,
+    /// A task is reading it again.
+    refreshing: std::sync::atomic::AtomicBool,
+}
 
 impl<T> Default for Slots<T> {
     fn default() -> Self {
@@ -577,6 +614,18 @@ impl<T> Default for Slots<T> {
 }
 
 impl<T: Clone> Slots<T> {
+    fn slot(&self, id: &QueueId) -> Arc<Slot<T>> {
+        lock(&self.map)
+            .entry(id.clone())
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    value: tokio::sync::Mutex::new(None),
+                    refreshing: std::sync::atomic::AtomicBool::new(false),
+                })
+            })
+            .clone()
+    }
+
     async fn get<F>(
         &self,
         id: &QueueId,
@@ -586,8 +635,8 @@ impl<T: Clone> Slots<T> {
     where
         F: Future<Output = Result<T, OpError>>,
     {
-        let slot = lock(&self.map).entry(id.clone()).or_default().clone();
-        let mut held = slot.lock().await;
+        let slot = self.slot(id);
+        let mut held = slot.value.lock().await;
         if let Some((at, value)) = &*held {
             if at.elapsed() < ttl {
                 return value.clone();
@@ -599,7 +648,8 @@ impl<T: Clone> Slots<T> {
     }
 
     /// The next `get` reads again (a read under way answers its waiters
-    /// with what it read).
+    /// with what it read, and a refresh under way writes into the slot
+    /// forgotten).
     fn forget(&self, id: &QueueId) {
         lock(&self.map).remove(id);
     }

@@ -43,17 +43,18 @@ fn nice_top(n: u64) -> u64 {
     }
 }
 
-/// The x (0..=1) of each point over the span from the first to `now`, and
-/// the state's count.
-fn series(points: &[Point], state: EntryState, now: SystemTime) -> Vec<(f64, u64)> {
-    let Some(first) = points.first() else {
+/// The x (0..=1) of each point over the span from the first to the last
+/// (the newest read, a few seconds old at most), and the state's count.
+fn series(points: &[Point], state: EntryState) -> Vec<(f64, u64)> {
+    let (Some(first), Some(last)) = (points.first(), points.last()) else {
         return Vec::new();
     };
-    let span = now
+    let span = last
+        .at
         .duration_since(first.at)
         .unwrap_or_default()
         .as_secs_f64()
-        .max(1.0);
+        .max(1e-3);
     points
         .iter()
         .map(|p| {
@@ -104,7 +105,7 @@ fn paths(series: &[(f64, u64)], top: u64, w: f64, h: f64) -> (String, String) {
 /// row of the overview (no axes; its own scale).
 pub(crate) fn sparkline(points: &[Point], state: EntryState, now: SystemTime) -> Markup {
     let (w, h) = (96.0, 22.0);
-    let s = series(points, state, now);
+    let s = series(points, state);
     let top = nice_top(s.iter().map(|(_, v)| *v).max().unwrap_or(0));
     let (line, area) = paths(&s, top, w, h);
     html! {
@@ -121,7 +122,7 @@ pub(crate) fn sparkline(points: &[Point], state: EntryState, now: SystemTime) ->
 /// span written out: a tile of the queue page.
 pub(crate) fn history(points: &[Point], state: EntryState, now: SystemTime) -> Markup {
     let (w, h) = (260.0, 64.0);
-    let s = series(points, state, now);
+    let s = series(points, state);
     let top = nice_top(s.iter().map(|(_, v)| *v).max().unwrap_or(0));
     let (line, area) = paths(&s, top, w, h);
     html! {
@@ -182,8 +183,11 @@ pub(crate) fn timeline(t: &Timeline) -> Markup {
             @for frac in [0.0, 0.5, 1.0] {
                 @let gy = 6.0 + plot_h - frac * plot_h;
                 line.grid x1=(left) y1=(gy) x2=(w - 4.0) y2=(gy) {}
-                text.tick x=(left - 6.0) y=(gy + 4.0) text-anchor="end" {
-                    (fmt::count((top as f64 * frac).round() as u64))
+                // The middle line stays unlabelled: half of 5 is no count.
+                @if frac != 0.5 {
+                    text.tick x=(left - 6.0) y=(gy + 4.0) text-anchor="end" {
+                        (fmt::count((top as f64 * frac).round() as u64))
+                    }
                 }
             }
             @if t.capped {

@@ -118,6 +118,7 @@ impl Dashboard {
             memory: Vec::new(),
             read_only: false,
             token: None,
+            refresh: Policy::SHARED.stats_ttl,
         }
     }
 
@@ -157,6 +158,7 @@ pub struct DashboardBuilder {
     memory: Vec<MemoryQueue<Value>>,
     read_only: bool,
     token: Option<String>,
+    refresh: Duration,
 }
 
 impl fmt::Debug for DashboardBuilder {
@@ -172,6 +174,7 @@ impl fmt::Debug for DashboardBuilder {
             )
             .field("memory", &self.memory.len())
             .field("read_only", &self.read_only)
+            .field("refresh", &self.refresh)
             .finish_non_exhaustive()
     }
 }
@@ -223,6 +226,18 @@ impl DashboardBuilder {
         self
     }
 
+    /// How long a queue's counts (read with its clock and paused flag) and
+    /// its timeline stay good: each is read at most once per `every`
+    /// however many people watch (3 s unless changed). Once that long has
+    /// passed, a page shows the counts it has while one task reads them
+    /// again, so no page waits on a slow count (a PostgreSQL queue's counts
+    /// cost the database a pass over its rows). Zero reads them for every
+    /// request.
+    pub fn refresh_every(mut self, every: Duration) -> Self {
+        self.refresh = every;
+        self
+    }
+
     /// The dashboard.
     pub fn build(self) -> Dashboard {
         let mut sources = self.sources;
@@ -233,7 +248,13 @@ impl DashboardBuilder {
         }
         Dashboard {
             shared: Arc::new(Shared {
-                ops: Arc::new(Ops::new(sources, Policy::SHARED)),
+                ops: Arc::new(Ops::new(
+                    sources,
+                    Policy {
+                        stats_ttl: self.refresh,
+                        ..Policy::SHARED
+                    },
+                )),
                 read_only: self.read_only,
                 token: self.token,
                 started: wall_clock(),

@@ -81,7 +81,15 @@ pub(crate) async fn overview(
         .into_iter()
         .map(|(source, e)| (ops.sources()[source].describe(), e))
         .collect();
-    views::overview(&ctx, shared.started, &listed, &failed, ops.sources().len()).into_response()
+    views::overview(
+        &ctx,
+        shared.started,
+        shared.ops.refresh(),
+        &listed,
+        &failed,
+        ops.sources().len(),
+    )
+    .into_response()
 }
 
 pub(crate) async fn queue(

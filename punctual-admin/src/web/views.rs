@@ -217,6 +217,7 @@ fn error_box(e: &OpError) -> Markup {
 pub(crate) fn overview(
     ctx: &Ctx,
     started: SystemTime,
+    refresh: std::time::Duration,
     listed: &[(Listed, Vec<Point>)],
     failed: &[(String, OpError)],
     stores: usize,
@@ -233,7 +234,7 @@ pub(crate) fn overview(
             h1 { "Queues" }
             p.sub {
                 (listed.len()) " queues on " (stores) (if stores == 1 { " store" } else { " stores" })
-                " · counts read at most every 3 s · charts since "
+                " · counts read at most every " (fmt::span(refresh)) " · charts since "
                 (fmt::absolute(started))
             }
         }
