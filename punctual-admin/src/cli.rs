@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::error::OpError;
 use crate::fmt;
 use crate::json::{EntryJson, ErrorJson, PageJson, QueueJson, ScheduleJson, WriteJson, rfc3339};
-use crate::ops::{DEFAULT_LIMIT, Ops, Policy, QueueId, Requeue, parse_state, wall_clock};
+use crate::ops::{DEFAULT_LIMIT, Ops, Policy, Requeue, parse_state, wall_clock};
 use crate::store::Source;
 
 /// Looks into and acts on punctual's durable queues in Redis and PostgreSQL:
@@ -306,8 +306,7 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
         let ops = ops.clone();
         async move { ops.resolve(&q).await }
     };
-    let write = |id: &QueueId, n: u64, human: String| {
-        let _ = id;
+    let write = |n: u64, human: String| {
         if json {
             to_json(&WriteJson::changed(n))
         } else {
@@ -464,19 +463,19 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
                 Requeue::One(e) if n == 1 => format!("requeued {e} of {queue}: due now"),
                 Requeue::One(e) => format!("{e} of {queue} is not a dead letter: nothing changed"),
             };
-            write(&id, n, human)
+            write(n, human)
         }
         Command::Remove {
             queue, id: entry, ..
         } => {
             let id = queue_of(&queue).await?;
             let n = ops.remove(&id, &entry).await?;
-            write(&id, n, format!("removed {entry} from {queue}"))
+            write(n, format!("removed {entry} from {queue}"))
         }
         Command::ClearDead { queue, .. } => {
             let id = queue_of(&queue).await?;
             let n = ops.clear_dead(&id).await?;
-            write(&id, n, format!("deleted {n} dead letters of {queue}"))
+            write(n, format!("deleted {n} dead letters of {queue}"))
         }
         Command::Pause { queue, .. } => {
             let id = queue_of(&queue).await?;
@@ -486,7 +485,7 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
             } else {
                 format!("{queue} was paused already")
             };
-            write(&id, n, human)
+            write(n, human)
         }
         Command::Resume { queue, .. } => {
             let id = queue_of(&queue).await?;
@@ -496,7 +495,7 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
             } else {
                 format!("{queue} was not paused")
             };
-            write(&id, n, human)
+            write(n, human)
         }
         Command::Schedules { queue, .. } => {
             let id = queue_of(&queue).await?;
@@ -530,12 +529,12 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
             } else {
                 format!("schedule {name} of {queue} is running: nothing changed")
             };
-            write(&id, n, human)
+            write(n, human)
         }
         Command::Unschedule { queue, name, .. } => {
             let id = queue_of(&queue).await?;
             let n = ops.unschedule(&id, &name).await?;
-            write(&id, n, format!("deleted schedule {name} of {queue}"))
+            write(n, format!("deleted schedule {name} of {queue}"))
         }
     })
 }

@@ -179,25 +179,39 @@ fn serve(stores: &[String], args: &[&str]) -> (Killed, String) {
 }
 
 async fn text(c: &Client, css: &str) -> String {
+    element(c, css).await.text().await.unwrap()
+}
+
+/// Clicks what `css` finds without leaving the page (a box to tick).
+async fn tick(c: &Client, css: &str) {
+    element(c, css)
+        .await
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("clicking {css}: {e}"));
+}
+
+/// Clicks a link or a button that loads another page, and waits until it
+/// has (chromedriver may answer the click before a form's answer came).
+async fn click(c: &Client, css: &str) {
+    let old = c.find(Locator::Css("html")).await.unwrap();
+    tick(c, css).await;
+    common::eventually(&format!("the page after clicking {css} loads"), || async {
+        // The old page's root is gone once the new page replaced it.
+        old.tag_name().await.is_err()
+            && c.execute("return document.readyState", vec![])
+                .await
+                .is_ok_and(|state| state == "complete")
+    })
+    .await;
+}
+
+async fn element(c: &Client, css: &str) -> fantoccini::elements::Element {
     c.wait()
         .at_most(Duration::from_secs(10))
         .for_element(Locator::Css(css))
         .await
         .unwrap_or_else(|e| panic!("no {css}: {e}"))
-        .text()
-        .await
-        .unwrap()
-}
-
-async fn click(c: &Client, css: &str) {
-    c.wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no {css} to click: {e}"))
-        .click()
-        .await
-        .unwrap_or_else(|e| panic!("clicking {css}: {e}"));
 }
 
 /// The ids of the entries on the page.
@@ -317,17 +331,23 @@ async fn a_person_clicks_through_the_dashboard() {
                     .await
                     .contains("nightly-report is due now")
             );
-            let tick = r.entry("nightly-report").await.unwrap().unwrap();
-            assert!(tick.due < before && tick.due <= r.now().await.unwrap());
+            let next = r.entry("nightly-report").await.unwrap().unwrap();
+            assert!(next.due < before && next.due <= r.now().await.unwrap());
 
             // The other store: delete its dead letters, which wants the box
             // ticked first (the browser refuses to send the form until then).
             c.goto(&format!("{base}/queues/postgres:orders/entries?state=dead"))
                 .await
                 .unwrap();
-            click(&c, r#"button[data-action="clear-dead"]"#).await;
-            assert_eq!(p.stats().await.unwrap().dead, 3, "not sent unticked");
-            click(&c, r#"input[data-confirm="clear-dead"]"#).await;
+            let page = c.find(Locator::Css("html")).await.unwrap();
+            tick(&c, r#"button[data-action="clear-dead"]"#).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(
+                page.tag_name().await.is_ok(),
+                "the form was not sent unticked"
+            );
+            assert_eq!(p.stats().await.unwrap().dead, 3);
+            tick(&c, r#"input[data-confirm="clear-dead"]"#).await;
             click(&c, r#"button[data-action="clear-dead"]"#).await;
             assert!(text(&c, ".flash").await.contains("Deleted 3 dead letters"));
             assert_eq!(p.stats().await.unwrap().dead, 0);
@@ -407,6 +427,7 @@ async fn read_only_and_token_keep_writes_out() {
                 .await
                 .unwrap();
             assert_eq!(status, json!(403));
+            let page = c.find(Locator::Css("html")).await.unwrap();
             c.execute(
                 "const f = document.createElement('form'); f.method = 'post'; \
                  f.action = '/queues/orders/requeue'; \
@@ -416,6 +437,10 @@ async fn read_only_and_token_keep_writes_out() {
             )
             .await
             .unwrap();
+            common::eventually("the forged form's answer loads", || async {
+                page.tag_name().await.is_err()
+            })
+            .await;
             assert!(text(&c, "main h1").await.starts_with("403"));
             assert!(!r.is_paused().await.unwrap());
             assert_eq!(r.stats().await.unwrap().dead, 3, "nothing requeued");
@@ -429,10 +454,12 @@ async fn read_only_and_token_keep_writes_out() {
                 .unwrap();
             assert_eq!(status, json!(401));
             let form = c.form(Locator::Css("form[action='/login']")).await.unwrap();
-            form.set_by_name("token", "wrong").await.unwrap().submit().await.unwrap();
+            form.set_by_name("token", "wrong").await.unwrap();
+            click(&c, r#"button[data-action="login"]"#).await;
             assert_eq!(text(&c, ".error").await, "That is not the token.");
             let form = c.form(Locator::Css("form[action='/login']")).await.unwrap();
-            form.set_by_name("token", "open sesame").await.unwrap().submit().await.unwrap();
+            form.set_by_name("token", "open sesame").await.unwrap();
+            click(&c, r#"button[data-action="login"]"#).await;
             assert_eq!(text(&c, "main h1").await, "Queues");
             // Logged in, the buttons work.
             c.goto(&format!("{locked_base}/queues/orders")).await.unwrap();
