@@ -140,12 +140,40 @@ impl Browser {
                 }
                 Err(e) => eprintln!("no screenshot of the failure: {e}"),
             }
+            // Ends the browser (chromedriver, killed, would leave it running).
+            let _ = self.client.clone().close().await;
             std::panic::resume_unwind(failure.into_panic());
         }
     }
 
     async fn close(self) {
-        let _ = self.client.close().await;
+        let _ = self.client.clone().close().await;
+    }
+}
+
+impl Drop for Browser {
+    /// Kills what is left of the browser if the session was not closed (a
+    /// panic outside [`Browser::run`]): chromedriver, killed, leaves it
+    /// running. Its processes are those of a Chromium binary whose command
+    /// line names this session's profile.
+    fn drop(&mut self) {
+        let marker = format!("--user-data-dir={}", self.profile.display());
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let exe = std::fs::read_link(entry.path().join("exe")).unwrap_or_default();
+            if !exe.to_string_lossy().contains("chrom") {
+                continue;
+            }
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&marker) {
+                let _ = Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.profile);
     }
 }
