@@ -269,6 +269,15 @@ async fn reads_answer_the_documents_of_the_command_line() {
     // The pages show what the API answers.
     let overview = get(&app, "/").await;
     status(&overview, StatusCode::OK);
+    assert_eq!(
+        overview.headers[header::X_FRAME_OPTIONS],
+        "DENY",
+        "no framing: clickjacking"
+    );
+    assert_eq!(
+        overview.headers[header::CONTENT_SECURITY_POLICY],
+        "frame-ancestors 'none'"
+    );
     assert!(
         overview.body.contains(r#"href="/queues/redis:orders""#),
         "links by store:name"

@@ -84,11 +84,38 @@ pub(crate) async fn guard(
              header must name the host it is sent to",
         );
     }
-    next.run(request).await
+    let mut response = next.run(request).await;
+    protect(response.headers_mut());
+    response
+}
+
+/// Headers on every answer: no page of another site may frame the
+/// dashboard (it would take a person's clicks on its buttons), no type is
+/// guessed, and the `Referer` goes to the dashboard only.
+fn protect(headers: &mut HeaderMap) {
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("frame-ancestors 'none'"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
 }
 
 /// A refusal: JSON for the API and metrics, a page otherwise.
 fn refuse(machine: bool, base: &Base, status: StatusCode, why: &str) -> Response {
+    let mut response = refusal(machine, base, status, why);
+    protect(response.headers_mut());
+    response
+}
+
+fn refusal(machine: bool, base: &Base, status: StatusCode, why: &str) -> Response {
     if machine {
         (
             status,
