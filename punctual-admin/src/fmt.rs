@@ -1,0 +1,96 @@
+//! Numbers and times as people read them, for the pages and the command
+//! line.
+
+use std::time::{Duration, SystemTime};
+
+/// `1234567` as `1,234,567`.
+pub(crate) fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A duration in at most two units: `450ms`, `12s`, `4m 12s`, `3h 5m`,
+/// `2d 4h`.
+pub(crate) fn span(d: Duration) -> String {
+    let ms = d.as_millis();
+    let s = d.as_secs();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let (d_, h, m, sec) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    match (d_, h, m) {
+        (0, 0, 0) => format!("{sec}s"),
+        (0, 0, _) if sec == 0 => format!("{m}m"),
+        (0, 0, _) => format!("{m}m {sec}s"),
+        (0, _, _) if m == 0 => format!("{h}h"),
+        (0, _, _) => format!("{h}h {m}m"),
+        _ if h == 0 => format!("{d_}d"),
+        _ => format!("{d_}d {h}h"),
+    }
+}
+
+/// `at` seen from `now`: `in 4m 12s`, `3h 5m ago`, `now`.
+pub(crate) fn relative(at: SystemTime, now: SystemTime) -> String {
+    match at.duration_since(now) {
+        Ok(ahead) if ahead < Duration::from_secs(1) => "now".to_owned(),
+        Ok(ahead) => format!("in {}", span(ahead)),
+        Err(e) if e.duration() < Duration::from_secs(1) => "now".to_owned(),
+        Err(e) => format!("{} ago", span(e.duration())),
+    }
+}
+
+/// `at` as `2025-06-01 12:00:03 UTC`.
+pub(crate) fn absolute(at: SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(at)
+        .format("%Y-%m-%d %H:%M:%S UTC")
+        .to_string()
+}
+
+/// A clock offset in seconds as `+0.4 ms`, `-1.25 s`.
+pub(crate) fn offset(seconds: f64) -> String {
+    let sign = if seconds < 0.0 { "−" } else { "+" };
+    let a = seconds.abs();
+    if a < 1.0 {
+        format!("{sign}{:.1} ms", a * 1000.0)
+    } else {
+        format!("{sign}{a:.2} s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    #[test]
+    fn counts_group_thousands() {
+        assert_eq!(count(0), "0");
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1000), "1,000");
+        assert_eq!(count(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn spans_and_relative_times_read_naturally() {
+        assert_eq!(span(Duration::from_millis(450)), "450ms");
+        assert_eq!(span(Duration::from_secs(12)), "12s");
+        assert_eq!(span(Duration::from_secs(252)), "4m 12s");
+        assert_eq!(span(Duration::from_secs(120)), "2m");
+        assert_eq!(span(Duration::from_secs(3 * 3600 + 300)), "3h 5m");
+        assert_eq!(span(Duration::from_secs(2 * 86_400 + 4 * 3600)), "2d 4h");
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert_eq!(relative(now + Duration::from_secs(252), now), "in 4m 12s");
+        assert_eq!(relative(now - Duration::from_secs(60), now), "1m ago");
+        assert_eq!(relative(now, now), "now");
+        assert_eq!(absolute(UNIX_EPOCH), "1970-01-01 00:00:00 UTC");
+        assert_eq!(offset(0.0004), "+0.4 ms");
+        assert_eq!(offset(-1.25), "−1.25 s");
+    }
+}

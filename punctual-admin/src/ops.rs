@@ -1,0 +1,656 @@
+//! The operations layer: every face (command line, JSON API, pages) goes
+//! through [`Ops`], and only it talks to the stores.
+//!
+//! Ground rules of its shared state:
+//! - `found` (the queues each store holds) is read again once it is older
+//!   than the policy's `discovery_ttl`; its async mutex makes concurrent
+//!   callers share one read.
+//! - `snapshots` and `timelines` keep one slot per queue, each behind its
+//!   own async mutex: the first caller to find a slot stale reads the
+//!   store while the others wait for its answer, so however many people
+//!   watch, a queue's counts are read at most once per `stats_ttl` (errors
+//!   are kept as long, so a store that is down is not hammered either).
+//!   With `background`, a stale snapshot is answered at once and one task
+//!   (the slot's `refreshing` flag) reads it again. A write forgets the
+//!   queue's slots, so the page after it shows its effect.
+//! - `handles` opens each queue once; `history` is a std mutex never held
+//!   across an await.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use punctual::durable::{Cursor, EntryInfo, EntryState, Page, QueueStats, ScheduleInfo};
+use serde_json::Value;
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
+
+use crate::error::OpError;
+use crate::history::{History, Point};
+use crate::store::{Handle, Kind, Source};
+use crate::timeline::{READ_AT_MOST, Timeline};
+
+/// How long what was read stays good.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Policy {
+    /// The queues each store holds.
+    pub(crate) discovery_ttl: Duration,
+    /// A queue's counts, paused flag and clock, and its timeline.
+    pub(crate) stats_ttl: Duration,
+    /// Whether fresh counts are kept for the charts.
+    pub(crate) history: bool,
+    /// Whether stale counts are answered at once while one task reads them
+    /// again (a page never waits on a slow count; the first read of a
+    /// queue, and the one after a write, still wait).
+    pub(crate) background: bool,
+}
+
+impl Policy {
+    /// One command: the stores listed once, everything else read when
+    /// asked.
+    pub(crate) const FRESH: Policy = Policy {
+        discovery_ttl: Duration::from_secs(3600),
+        stats_ttl: Duration::ZERO,
+        history: false,
+        background: false,
+    };
+
+    /// A dashboard that many people may watch at once.
+    pub(crate) const SHARED: Policy = Policy {
+        discovery_ttl: Duration::from_secs(30),
+        stats_ttl: Duration::from_secs(3),
+        history: true,
+        background: true,
+    };
+}
+
+/// A queue: which store (its index among the sources) and its name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct QueueId {
+    pub(crate) source: usize,
+    pub(crate) name: String,
+}
+
+/// A queue's counts, paused flag and clock, read together.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Snapshot {
+    pub(crate) stats: QueueStats,
+    pub(crate) paused: bool,
+    /// The store's clock when it was read.
+    pub(crate) store_now: SystemTime,
+    /// The store's clock minus this process's, in seconds.
+    pub(crate) offset: f64,
+    /// When it was read, on this process's monotonic clock.
+    pub(crate) read_at: Instant,
+}
+
+impl Snapshot {
+    /// The store's clock now, from its reading and the time since.
+    pub(crate) fn now(&self) -> SystemTime {
+        self.store_now + self.read_at.elapsed()
+    }
+}
+
+/// The queues each store holds, as last read.
+#[derive(Debug)]
+pub(crate) struct Found {
+    at: Instant,
+    /// Per source, in the order the sources were given.
+    pub(crate) stores: Vec<Result<Vec<String>, OpError>>,
+}
+
+impl Found {
+    /// Every queue found, by store then name.
+    pub(crate) fn ids(&self) -> impl Iterator<Item = QueueId> + '_ {
+        self.stores.iter().enumerate().flat_map(|(source, names)| {
+            names.iter().flatten().map(move |name| QueueId {
+                source,
+                name: name.clone(),
+            })
+        })
+    }
+
+    fn holders(&self, name: &str) -> Vec<QueueId> {
+        self.ids().filter(|id| id.name == name).collect()
+    }
+}
+
+/// A queue in a list, with its counts (or why they could not be read).
+#[derive(Clone, Debug)]
+pub(crate) struct Listed {
+    pub(crate) id: QueueId,
+    pub(crate) kind: Kind,
+    /// The name, or `kind:name` when several stores hold the name.
+    pub(crate) label: String,
+    pub(crate) snapshot: Result<Snapshot, OpError>,
+}
+
+/// What a requeue puts back.
+#[derive(Clone, Debug)]
+pub(crate) enum Requeue {
+    One(String),
+    AllDead,
+}
+
+/// The most entries a store gives in one page.
+pub(crate) const MAX_PAGE: usize = 1000;
+
+/// Entries asked for without a limit get this many.
+pub(crate) const DEFAULT_LIMIT: usize = 50;
+
+/// A queue not found is looked for again after this long, not sooner
+/// (a request for a name that does not exist must not cost a scan of the
+/// store each time).
+const RECHECK_AFTER: Duration = Duration::from_secs(2);
+
+/// The operations, over the stores given.
+pub(crate) struct Ops {
+    sources: Vec<Source>,
+    policy: Policy,
+    found: tokio::sync::Mutex<Option<Arc<Found>>>,
+    handles: Mutex<HashMap<QueueId, Arc<OnceCell<Handle>>>>,
+    snapshots: Slots<Snapshot>,
+    timelines: Slots<Timeline>,
+    history: Mutex<HashMap<QueueId, History>>,
+    stats_reads: AtomicU64,
+}
+
+impl std::fmt::Debug for Ops {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ops")
+            .field(
+                "sources",
+                &self
+                    .sources
+                    .iter()
+                    .map(Source::describe)
+                    .collect::<Vec<_>>(),
+            )
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ops {
+    pub(crate) fn new(sources: Vec<Source>, policy: Policy) -> Ops {
+        debug_assert!(!policy.discovery_ttl.is_zero());
+        Ops {
+            sources,
+            policy,
+            found: tokio::sync::Mutex::new(None),
+            handles: Mutex::new(HashMap::new()),
+            snapshots: Slots::default(),
+            timelines: Slots::default(),
+            history: Mutex::new(HashMap::new()),
+            stats_reads: AtomicU64::new(0),
+        }
+    }
+
+    /// How long a queue's counts stay good.
+    pub(crate) fn refresh(&self) -> Duration {
+        self.policy.stats_ttl
+    }
+
+    pub(crate) fn sources(&self) -> &[Source] {
+        &self.sources
+    }
+
+    pub(crate) fn kind(&self, id: &QueueId) -> Kind {
+        self.sources[id.source].kind()
+    }
+
+    /// How many times the stores' counts were read (for the tests and the
+    /// benchmark: the cache's promise, counted).
+    pub(crate) fn stats_reads(&self) -> u64 {
+        self.stats_reads.load(Ordering::Relaxed)
+    }
+
+    /// The queues each store holds, read again when older than the policy
+    /// allows.
+    pub(crate) async fn found(&self) -> Arc<Found> {
+        self.found_within(self.policy.discovery_ttl).await
+    }
+
+    async fn found_within(&self, max_age: Duration) -> Arc<Found> {
+        let mut found = self.found.lock().await;
+        if let Some(f) = &*found {
+            if f.at.elapsed() < max_age {
+                return f.clone();
+            }
+        }
+        let mut stores = Vec::with_capacity(self.sources.len());
+        for source in &self.sources {
+            stores.push(source.names().await);
+        }
+        let fresh = Arc::new(Found {
+            at: Instant::now(),
+            stores,
+        });
+        *found = Some(fresh.clone());
+        fresh
+    }
+
+    /// The name of `id` as a face writes it: plain, or `kind:name` when
+    /// several stores hold that name.
+    pub(crate) fn label(&self, found: &Found, id: &QueueId) -> String {
+        if found.holders(&id.name).len() > 1 {
+            format!("{}:{}", self.kind(id), id.name)
+        } else {
+            id.name.clone()
+        }
+    }
+
+    /// The queue that `q` (`name` or `kind:name`) names.
+    pub(crate) async fn resolve(&self, q: &str) -> Result<QueueId, OpError> {
+        let found = self.found().await;
+        match self.lookup(&found, q) {
+            Err(OpError::NotFound(_)) if found.at.elapsed() >= RECHECK_AFTER => {
+                let found = self.found_within(RECHECK_AFTER).await;
+                self.lookup(&found, q)
+            }
+            other => other,
+        }
+    }
+
+    fn lookup(&self, found: &Found, q: &str) -> Result<QueueId, OpError> {
+        if let Some((kind, rest)) = q.split_once(':') {
+            if let Some(kind) = Kind::parse(kind) {
+                let hits: Vec<QueueId> = found
+                    .holders(rest)
+                    .into_iter()
+                    .filter(|id| self.kind(id) == kind)
+                    .collect();
+                match hits.len() {
+                    0 => {}
+                    1 => return Ok(hits.into_iter().next().expect("one")),
+                    n => {
+                        return Err(OpError::Invalid(format!(
+                            "{n} {kind} stores hold a queue {rest:?}: give only one of them"
+                        )));
+                    }
+                }
+            }
+        }
+        let hits = found.holders(q);
+        match hits.len() {
+            1 => Ok(hits.into_iter().next().expect("one")),
+            0 => {
+                // A store that could not be listed may hold it.
+                if let Some(Err(e)) = found.stores.iter().find(|s| s.is_err()) {
+                    return Err(OpError::Store(format!(
+                        "queue {q:?} not found, and a store could not be listed: {e}"
+                    )));
+                }
+                Err(OpError::NotFound(format!(
+                    "no queue {q:?} on the stores given"
+                )))
+            }
+            _ => {
+                let kinds: BTreeSet<Kind> = hits.iter().map(|id| self.kind(id)).collect();
+                let forms: Vec<String> = kinds.iter().map(|k| format!("{k}:{q}")).collect();
+                if kinds.len() < hits.len() {
+                    return Err(OpError::Invalid(format!(
+                        "several stores of one kind hold a queue {q:?}: give only one of them"
+                    )));
+                }
+                Err(OpError::Invalid(format!(
+                    "several stores hold a queue {q:?}: write {}",
+                    forms.join(" or ")
+                )))
+            }
+        }
+    }
+
+    /// The queue `id`, opened once.
+    pub(crate) async fn handle(&self, id: &QueueId) -> Result<Handle, OpError> {
+        let cell = lock(&self.handles).entry(id.clone()).or_default().clone();
+        cell.get_or_try_init(|| self.sources[id.source].open(&id.name))
+            .await
+            .cloned()
+    }
+
+    /// The counts, paused flag and clock of `id`, read at most once per
+    /// `stats_ttl`.
+    pub(crate) async fn snapshot(self: &Arc<Self>, id: &QueueId) -> Result<Snapshot, OpError> {
+        let ttl = self.policy.stats_ttl;
+        let slot = self.snapshots.slot(id);
+        let mut held = slot.value.lock().await;
+        if let Some((at, value)) = &*held {
+            if at.elapsed() < ttl {
+                return value.clone();
+            }
+            if let (true, Ok(stale)) = (self.policy.background && !ttl.is_zero(), value) {
+                if !slot.refreshing.swap(true, Ordering::AcqRel) {
+                    let (ops, id, slot) = (self.clone(), id.clone(), slot.clone());
+                    tokio::spawn(async move {
+                        let fresh = ops.read_snapshot(&id).await;
+                        *slot.value.lock().await = Some((Instant::now(), fresh));
+                        slot.refreshing.store(false, Ordering::Release);
+                    });
+                }
+                return Ok(*stale);
+            }
+        }
+        let value = self.read_snapshot(id).await;
+        *held = Some((Instant::now(), value.clone()));
+        value
+    }
+
+    async fn read_snapshot(&self, id: &QueueId) -> Result<Snapshot, OpError> {
+        let handle = self.handle(id).await?;
+        let before = wall_clock();
+        let started = Instant::now();
+        let store_now = handle.now().await?;
+        // The store read its clock about halfway through the round trip.
+        let local = before + started.elapsed() / 2;
+        let offset = match store_now.duration_since(local) {
+            Ok(ahead) => ahead.as_secs_f64(),
+            Err(behind) => -behind.duration().as_secs_f64(),
+        };
+        let read_at = Instant::now();
+        self.stats_reads.fetch_add(1, Ordering::Relaxed);
+        let (stats, paused) = tokio::try_join!(handle.stats(), handle.is_paused())?;
+        let snapshot = Snapshot {
+            stats,
+            paused,
+            store_now: store_now + read_at.duration_since(started) / 2,
+            offset,
+            read_at,
+        };
+        if self.policy.history {
+            lock(&self.history)
+                .entry(id.clone())
+                .or_default()
+                .record(snapshot.store_now, stats);
+        }
+        Ok(snapshot)
+    }
+
+    /// Every queue of every store with its counts; and the stores that
+    /// could not be listed.
+    pub(crate) async fn queues(self: &Arc<Self>) -> (Vec<Listed>, Vec<(usize, OpError)>) {
+        let found = self.found().await;
+        let mut reads = tokio::task::JoinSet::new();
+        for (i, id) in found.ids().enumerate() {
+            let ops = self.clone();
+            reads.spawn(async move {
+                let snapshot = ops.snapshot(&id).await;
+                (i, id, snapshot)
+            });
+        }
+        let mut listed = Vec::new();
+        while let Some(done) = reads.join_next().await {
+            let (i, id, snapshot) = done.expect("a snapshot read does not panic");
+            listed.push((
+                i,
+                Listed {
+                    kind: self.kind(&id),
+                    label: self.label(&found, &id),
+                    id,
+                    snapshot,
+                },
+            ));
+        }
+        listed.sort_by_key(|(i, _)| *i);
+        let failed = found
+            .stores
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().err().map(|e| (i, e.clone())))
+            .collect();
+        (listed.into_iter().map(|(_, l)| l).collect(), failed)
+    }
+
+    /// One queue with its counts.
+    pub(crate) async fn stats(self: &Arc<Self>, q: &str) -> Result<Listed, OpError> {
+        let id = self.resolve(q).await?;
+        let snapshot = self.snapshot(&id).await?;
+        let found = self.found().await;
+        Ok(Listed {
+            kind: self.kind(&id),
+            label: self.label(&found, &id),
+            id,
+            snapshot: Ok(snapshot),
+        })
+    }
+
+    /// One page of `state`'s entries of `id`.
+    pub(crate) async fn entries(
+        &self,
+        id: &QueueId,
+        state: EntryState,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<Value>, OpError> {
+        let cursor = cursor.map(parse_cursor).transpose()?;
+        self.handle(id)
+            .await?
+            .entries(state, cursor.as_ref(), limit.min(MAX_PAGE))
+            .await
+    }
+
+    /// Entry `entry` of `id`.
+    pub(crate) async fn entry(
+        &self,
+        id: &QueueId,
+        entry: &str,
+    ) -> Result<EntryInfo<Value>, OpError> {
+        self.handle(id)
+            .await?
+            .entry(entry)
+            .await?
+            .ok_or_else(|| OpError::NotFound(format!("no entry {entry:?} in queue {:?}", id.name)))
+    }
+
+    pub(crate) async fn schedules(
+        &self,
+        id: &QueueId,
+    ) -> Result<Vec<ScheduleInfo<Value>>, OpError> {
+        self.handle(id).await?.schedules().await
+    }
+
+    /// What comes due over the next hour (read at most once per
+    /// `stats_ttl`, from at most [`READ_AT_MOST`] entries).
+    pub(crate) async fn timeline(self: &Arc<Self>, id: &QueueId) -> Result<Timeline, OpError> {
+        self.timelines
+            .get(id, self.policy.stats_ttl, || self.read_timeline(id))
+            .await
+    }
+
+    async fn read_timeline(self: &Arc<Self>, id: &QueueId) -> Result<Timeline, OpError> {
+        let snapshot = self.snapshot(id).await?;
+        let handle = self.handle(id).await?;
+        let mut timeline = Timeline::new(snapshot.now(), snapshot.stats.due);
+        let mut cursor: Option<Cursor> = None;
+        loop {
+            let want = (READ_AT_MOST - timeline.read).min(MAX_PAGE);
+            let page = handle
+                .entries(EntryState::Pending, cursor.as_ref(), want)
+                .await?;
+            let more = page.entries.iter().all(|e| timeline.add(e));
+            match page.next {
+                Some(next) if more => cursor = Some(next),
+                _ => return Ok(timeline),
+            }
+        }
+    }
+
+    /// The sampled counts of `id` since the dashboard started.
+    pub(crate) fn history(&self, id: &QueueId) -> Vec<Point> {
+        lock(&self.history)
+            .get(id)
+            .map(|h| h.points().to_vec())
+            .unwrap_or_default()
+    }
+
+    /// Forgets what was read of `id`, after a write.
+    fn changed(&self, id: &QueueId) {
+        self.snapshots.forget(id);
+        self.timelines.forget(id);
+    }
+
+    /// Puts dead letters back, due now; how many.
+    pub(crate) async fn requeue(&self, id: &QueueId, what: &Requeue) -> Result<u64, OpError> {
+        let handle = self.handle(id).await?;
+        let changed = match what {
+            Requeue::AllDead => handle.requeue_all_dead().await?,
+            Requeue::One(entry) => {
+                if handle.requeue_dead(entry).await? {
+                    1
+                } else {
+                    // Absent, or there and not dead: nothing to requeue.
+                    self.entry(id, entry).await?;
+                    0
+                }
+            }
+        };
+        self.changed(id);
+        Ok(changed)
+    }
+
+    pub(crate) async fn remove(&self, id: &QueueId, entry: &str) -> Result<u64, OpError> {
+        let removed = self.handle(id).await?.remove(entry).await?;
+        self.changed(id);
+        if !removed {
+            return Err(OpError::NotFound(format!(
+                "no entry {entry:?} in queue {:?}",
+                id.name
+            )));
+        }
+        Ok(1)
+    }
+
+    pub(crate) async fn clear_dead(&self, id: &QueueId) -> Result<u64, OpError> {
+        let n = self.handle(id).await?.clear_dead().await?;
+        self.changed(id);
+        Ok(n)
+    }
+
+    pub(crate) async fn pause(&self, id: &QueueId) -> Result<u64, OpError> {
+        let changed = self.handle(id).await?.pause().await?;
+        self.changed(id);
+        Ok(changed.into())
+    }
+
+    pub(crate) async fn resume(&self, id: &QueueId) -> Result<u64, OpError> {
+        let changed = self.handle(id).await?.resume().await?;
+        self.changed(id);
+        Ok(changed.into())
+    }
+
+    /// Makes a schedule's tick due now: 1, or 0 while it runs.
+    pub(crate) async fn run_now(&self, id: &QueueId, name: &str) -> Result<u64, OpError> {
+        let handle = self.handle(id).await?;
+        let ran = handle.run_now(name).await?;
+        self.changed(id);
+        if ran {
+            return Ok(1);
+        }
+        if handle.schedules().await?.iter().any(|s| s.name == name) {
+            Ok(0)
+        } else {
+            Err(no_schedule(id, name))
+        }
+    }
+
+    pub(crate) async fn unschedule(&self, id: &QueueId, name: &str) -> Result<u64, OpError> {
+        let removed = self.handle(id).await?.unschedule(name).await?;
+        self.changed(id);
+        if removed {
+            Ok(1)
+        } else {
+            Err(no_schedule(id, name))
+        }
+    }
+}
+
+fn no_schedule(id: &QueueId, name: &str) -> OpError {
+    OpError::NotFound(format!("no schedule {name:?} in queue {:?}", id.name))
+}
+
+/// A state's name (`pending`, `due`, `leased`, `dead`).
+pub(crate) fn parse_state(s: &str) -> Result<EntryState, OpError> {
+    s.parse().map_err(|e| OpError::Invalid(format!("{e}")))
+}
+
+pub(crate) fn parse_cursor(s: &str) -> Result<Cursor, OpError> {
+    s.parse().map_err(|e| OpError::Invalid(format!("{e}")))
+}
+
+/// This process's wall clock: the dashboard's, which the store's clock is
+/// compared with. (The crate's lints keep `SystemTime::now` out of code
+/// that paused time should drive; this is the one place that wants the
+/// real one.)
+#[allow(clippy::disallowed_methods)]
+pub(crate) fn wall_clock() -> SystemTime {
+    SystemTime::now()
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// One cached value (or error) per queue, each read by one caller at a
+/// time while the others wait for it.
+struct Slots<T> {
+    map: Mutex<HashMap<QueueId, Arc<Slot<T>>>>,
+}
+
+struct Slot<T> {
+    value: tokio::sync::Mutex<Option<(Instant, Result<T, OpError>)>>,
+    /// A task is reading it again.
+    refreshing: std::sync::atomic::AtomicBool,
+}
+
+impl<T> Default for Slots<T> {
+    fn default() -> Self {
+        Slots {
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<T: Clone> Slots<T> {
+    fn slot(&self, id: &QueueId) -> Arc<Slot<T>> {
+        lock(&self.map)
+            .entry(id.clone())
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    value: tokio::sync::Mutex::new(None),
+                    refreshing: std::sync::atomic::AtomicBool::new(false),
+                })
+            })
+            .clone()
+    }
+
+    async fn get<F>(
+        &self,
+        id: &QueueId,
+        ttl: Duration,
+        read: impl FnOnce() -> F,
+    ) -> Result<T, OpError>
+    where
+        F: Future<Output = Result<T, OpError>>,
+    {
+        let slot = self.slot(id);
+        let mut held = slot.value.lock().await;
+        if let Some((at, value)) = &*held {
+            if at.elapsed() < ttl {
+                return value.clone();
+            }
+        }
+        let value = read().await;
+        *held = Some((Instant::now(), value.clone()));
+        value
+    }
+
+    /// The next `get` reads again (a read under way answers its waiters
+    /// with what it read, and a refresh under way writes into the slot
+    /// forgotten).
+    fn forget(&self, id: &QueueId) {
+        lock(&self.map).remove(id);
+    }
+}

@@ -1,0 +1,296 @@
+//! The stores a dashboard or a command looks into, and a queue of any of
+//! them opened as `serde_json::Value`s.
+//!
+//! Nothing here caches: [`Source::names`] asks the store each time and
+//! [`Source::open`] opens a new handle (the operations layer keeps them).
+
+use std::fmt;
+use std::time::Duration;
+
+use punctual::durable::{Cursor, EntryInfo, EntryState, Page, QueueStats, ScheduleInfo};
+use punctual::memory::MemoryQueue;
+use punctual::postgres::PgQueue;
+use punctual::postgres::sqlx::PgPool;
+use punctual::postgres::sqlx::postgres::PgPoolOptions;
+use punctual::redis::RedisQueue;
+use serde_json::Value;
+use tokio::sync::OnceCell;
+
+use crate::error::OpError;
+
+/// Which kind of store holds a queue, as the JSON's `"store"` and the
+/// `kind:NAME` form of a queue's name write it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Kind {
+    Redis,
+    Postgres,
+    Memory,
+}
+
+impl Kind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Kind::Redis => "redis",
+            Kind::Postgres => "postgres",
+            Kind::Memory => "memory",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Kind> {
+        Some(match s {
+            "redis" => Kind::Redis,
+            "postgres" => Kind::Postgres,
+            "memory" => Kind::Memory,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One store given to the dashboard or the command line.
+pub(crate) enum Source {
+    /// Every queue of the Redis server at `url`.
+    Redis { url: String },
+    /// Every queue of `schema` in the database at `url`, all through one
+    /// small pool (a queue opened with its own pool would hold its own
+    /// connections).
+    Postgres {
+        url: String,
+        schema: String,
+        pool: OnceCell<PgPool>,
+    },
+    /// The queues given by hand.
+    Memory { queues: Vec<MemoryQueue<Value>> },
+}
+
+/// How long opening a queue or listing a store's queues may take.
+const CONNECT_LIMIT: Duration = Duration::from_secs(10);
+
+impl Source {
+    pub(crate) fn redis(url: &str) -> Source {
+        Source::Redis {
+            url: url.to_owned(),
+        }
+    }
+
+    pub(crate) fn postgres(url: &str, schema: &str) -> Source {
+        Source::Postgres {
+            url: url.to_owned(),
+            schema: schema.to_owned(),
+            pool: OnceCell::new(),
+        }
+    }
+
+    pub(crate) fn kind(&self) -> Kind {
+        match self {
+            Source::Redis { .. } => Kind::Redis,
+            Source::Postgres { .. } => Kind::Postgres,
+            Source::Memory { .. } => Kind::Memory,
+        }
+    }
+
+    /// Where the store is, for people: its URL without a password (and the
+    /// schema).
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Source::Redis { url } => redact(url),
+            Source::Postgres { url, schema, .. } => format!("{} schema {schema}", redact(url)),
+            Source::Memory { queues } => format!("this process's memory ({} queues)", queues.len()),
+        }
+    }
+
+    /// The names of the store's queues, sorted.
+    pub(crate) async fn names(&self) -> Result<Vec<String>, OpError> {
+        match self {
+            Source::Redis { url } => bounded(punctual::redis::queue_names(url))
+                .await?
+                .map_err(|e| OpError::Store(format!("{}: {e}", redact(url)))),
+            Source::Postgres { url, schema, .. } => {
+                bounded(punctual::postgres::queue_names(url, schema))
+                    .await?
+                    .map_err(|e| OpError::Store(format!("{}: {e}", redact(url))))
+            }
+            Source::Memory { queues } => {
+                let mut names: Vec<String> = queues.iter().map(|q| q.name().to_owned()).collect();
+                names.sort();
+                names.dedup();
+                Ok(names)
+            }
+        }
+    }
+
+    /// Opens queue `name` of this store.
+    pub(crate) async fn open(&self, name: &str) -> Result<Handle, OpError> {
+        match self {
+            Source::Redis { url } => {
+                let queue = bounded(RedisQueue::builder(name).url(url).build())
+                    .await?
+                    .map_err(OpError::redis)?;
+                Ok(Handle::Redis(queue))
+            }
+            Source::Postgres { url, schema, pool } => {
+                let pool = pool
+                    .get_or_try_init(|| async {
+                        PgPoolOptions::new()
+                            .max_connections(4)
+                            .acquire_timeout(CONNECT_LIMIT)
+                            .connect_lazy(url)
+                            .map_err(|e| OpError::Store(format!("{}: {e}", redact(url))))
+                    })
+                    .await?;
+                let queue = bounded(
+                    PgQueue::builder(name)
+                        .pool(pool.clone())
+                        .schema(schema)
+                        .build(),
+                )
+                .await?
+                .map_err(OpError::postgres)?;
+                Ok(Handle::Postgres(queue))
+            }
+            Source::Memory { queues } => queues
+                .iter()
+                .find(|q| q.name() == name)
+                .map(|q| Handle::Memory(q.clone()))
+                .ok_or_else(|| OpError::NotFound(format!("no queue {name:?} in memory"))),
+        }
+    }
+}
+
+/// `fut`, or a store error once [`CONNECT_LIMIT`] has passed.
+async fn bounded<R>(fut: impl Future<Output = R>) -> Result<R, OpError> {
+    tokio::time::timeout(CONNECT_LIMIT, fut).await.map_err(|_| {
+        OpError::Store(format!(
+            "the store did not answer within {} s",
+            CONNECT_LIMIT.as_secs()
+        ))
+    })
+}
+
+/// `url` with its password replaced by `***`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            let hidden = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                user.to_owned()
+            };
+            format!("{scheme}://{hidden}@{host}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// A queue of any store, its values as JSON.
+#[derive(Clone)]
+pub(crate) enum Handle {
+    Memory(MemoryQueue<Value>),
+    Redis(RedisQueue<Value>),
+    Postgres(PgQueue<Value>),
+}
+
+/// Calls the same method on whichever queue `$handle` holds, its error
+/// made an [`OpError`].
+macro_rules! each {
+    ($handle:expr, $q:ident => $call:expr) => {
+        match $handle {
+            Handle::Memory($q) => $call.await.map_err(OpError::memory),
+            Handle::Redis($q) => $call.await.map_err(OpError::redis),
+            Handle::Postgres($q) => $call.await.map_err(OpError::postgres),
+        }
+    };
+}
+
+impl Handle {
+    pub(crate) async fn now(&self) -> Result<std::time::SystemTime, OpError> {
+        each!(self, q => q.now())
+    }
+
+    pub(crate) async fn stats(&self) -> Result<QueueStats, OpError> {
+        each!(self, q => q.stats())
+    }
+
+    pub(crate) async fn is_paused(&self) -> Result<bool, OpError> {
+        each!(self, q => q.is_paused())
+    }
+
+    pub(crate) async fn entries(
+        &self,
+        state: EntryState,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page<Value>, OpError> {
+        each!(self, q => q.entries(state, cursor, limit))
+    }
+
+    pub(crate) async fn entry(&self, id: &str) -> Result<Option<EntryInfo<Value>>, OpError> {
+        each!(self, q => q.entry(id))
+    }
+
+    pub(crate) async fn schedules(&self) -> Result<Vec<ScheduleInfo<Value>>, OpError> {
+        each!(self, q => q.schedules())
+    }
+
+    pub(crate) async fn requeue_dead(&self, id: &str) -> Result<bool, OpError> {
+        each!(self, q => q.requeue_dead(id, Duration::ZERO))
+    }
+
+    pub(crate) async fn requeue_all_dead(&self) -> Result<u64, OpError> {
+        each!(self, q => q.requeue_all_dead(Duration::ZERO))
+    }
+
+    pub(crate) async fn clear_dead(&self) -> Result<u64, OpError> {
+        each!(self, q => q.clear_dead())
+    }
+
+    pub(crate) async fn remove(&self, id: &str) -> Result<bool, OpError> {
+        each!(self, q => q.remove(id))
+    }
+
+    pub(crate) async fn pause(&self) -> Result<bool, OpError> {
+        each!(self, q => q.pause())
+    }
+
+    pub(crate) async fn resume(&self) -> Result<bool, OpError> {
+        each!(self, q => q.resume())
+    }
+
+    pub(crate) async fn run_now(&self, name: &str) -> Result<bool, OpError> {
+        each!(self, q => q.run_now(name))
+    }
+
+    pub(crate) async fn unschedule(&self, name: &str) -> Result<bool, OpError> {
+        each!(self, q => q.unschedule(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_hidden() {
+        assert_eq!(
+            redact("redis://:s3cret@host:6379/0"),
+            "redis://:***@host:6379/0"
+        );
+        assert_eq!(
+            redact("postgres://app:pw@db/shop?sslmode=verify-full"),
+            "postgres://app:***@db/shop?sslmode=verify-full"
+        );
+        assert_eq!(redact("postgres://app@db/shop"), "postgres://app@db/shop");
+        assert_eq!(redact("redis://127.0.0.1/"), "redis://127.0.0.1/");
+    }
+}

@@ -1,0 +1,223 @@
+//! The JSON API under `/api/` (API.md, "Routes"): the command line's
+//! commands over HTTP, answering the same documents as its `--json`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+
+use super::Shared;
+use super::pages::status_of;
+use crate::error::OpError;
+use crate::json::{EntryJson, ErrorJson, PageJson, QueueJson, ScheduleJson, WriteJson};
+use crate::ops::{DEFAULT_LIMIT, QueueId, Requeue, parse_state};
+
+pub(super) fn routes() -> Router<Arc<Shared>> {
+    Router::new()
+        .route("/api/queues", get(queues))
+        .route("/api/queues/{q}", get(stats))
+        .route("/api/queues/{q}/entries", get(entries))
+        .route("/api/queues/{q}/entries/{id}", get(entry).delete(remove))
+        .route("/api/queues/{q}/schedules", get(schedules))
+        .route(
+            "/api/queues/{q}/schedules/{name}",
+            axum::routing::delete(unschedule),
+        )
+        .route("/api/queues/{q}/schedules/{name}/run-now", post(run_now))
+        .route("/api/queues/{q}/pause", post(pause))
+        .route("/api/queues/{q}/resume", post(resume))
+        .route("/api/queues/{q}/clear-dead", post(clear_dead))
+        .route("/api/queues/{q}/requeue", post(requeue))
+}
+
+/// `{"error": "..."}` with the status that fits.
+pub(crate) fn error(e: &OpError) -> Response {
+    (
+        status_of(e),
+        axum::Json(ErrorJson {
+            error: e.message().to_owned(),
+        }),
+    )
+        .into_response()
+}
+
+fn answer<T: Serialize>(result: Result<T, OpError>) -> Response {
+    match result {
+        Ok(value) => axum::Json(value).into_response(),
+        Err(e) => error(&e),
+    }
+}
+
+async fn queues(State(shared): State<Arc<Shared>>) -> Response {
+    let (listed, failed) = shared.ops.queues().await;
+    answer((|| {
+        if let Some((_, e)) = failed.into_iter().next() {
+            return Err(e);
+        }
+        listed
+            .iter()
+            .map(|l| {
+                l.snapshot.as_ref().map_err(Clone::clone)?;
+                Ok(QueueJson::of(l).expect("read"))
+            })
+            .collect::<Result<Vec<_>, OpError>>()
+    })())
+}
+
+async fn stats(State(shared): State<Arc<Shared>>, Path(q): Path<String>) -> Response {
+    answer(
+        shared
+            .ops
+            .stats(&q)
+            .await
+            .map(|l| QueueJson::of(&l).expect("read")),
+    )
+}
+
+#[derive(Debug, Deserialize)]
+struct EntriesQuery {
+    state: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+async fn entries(
+    State(shared): State<Arc<Shared>>,
+    Path(q): Path<String>,
+    query: Result<Query<EntriesQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(query)) = query else {
+        return error(&OpError::Invalid(
+            "the query takes state=pending|due|leased|dead, limit=N and cursor=C".to_owned(),
+        ));
+    };
+    answer(
+        async {
+            let state = parse_state(query.state.as_deref().ok_or_else(|| {
+                OpError::Invalid("say which entries: state=pending|due|leased|dead".to_owned())
+            })?)?;
+            let id = shared.ops.resolve(&q).await?;
+            let page = shared
+                .ops
+                .entries(
+                    &id,
+                    state,
+                    query.cursor.as_deref(),
+                    query.limit.unwrap_or(DEFAULT_LIMIT),
+                )
+                .await?;
+            Ok(PageJson::of(&page))
+        }
+        .await,
+    )
+}
+
+async fn entry(
+    State(shared): State<Arc<Shared>>,
+    Path((q, entry)): Path<(String, String)>,
+) -> Response {
+    answer(
+        async {
+            let id = shared.ops.resolve(&q).await?;
+            Ok(EntryJson::of(&shared.ops.entry(&id, &entry).await?))
+        }
+        .await,
+    )
+}
+
+async fn schedules(State(shared): State<Arc<Shared>>, Path(q): Path<String>) -> Response {
+    answer(
+        async {
+            let id = shared.ops.resolve(&q).await?;
+            let list = shared.ops.schedules(&id).await?;
+            Ok(list.iter().map(ScheduleJson::of).collect::<Vec<_>>())
+        }
+        .await,
+    )
+}
+
+/// Resolves `q` and runs a write on it: `{"ok": true, "changed": N}`.
+async fn write<F>(shared: &Shared, q: &str, op: F) -> Response
+where
+    F: AsyncFnOnce(&QueueId) -> Result<u64, OpError>,
+{
+    answer(
+        async {
+            let id = shared.ops.resolve(q).await?;
+            Ok(WriteJson::changed(op(&id).await?))
+        }
+        .await,
+    )
+}
+
+async fn pause(State(shared): State<Arc<Shared>>, Path(q): Path<String>) -> Response {
+    write(&shared, &q, async |id| shared.ops.pause(id).await).await
+}
+
+async fn resume(State(shared): State<Arc<Shared>>, Path(q): Path<String>) -> Response {
+    write(&shared, &q, async |id| shared.ops.resume(id).await).await
+}
+
+async fn clear_dead(State(shared): State<Arc<Shared>>, Path(q): Path<String>) -> Response {
+    write(&shared, &q, async |id| shared.ops.clear_dead(id).await).await
+}
+
+/// `{"id": "..."}` or `{"all_dead": true}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RequeueBody {
+    id: Option<String>,
+    #[serde(default)]
+    all_dead: bool,
+}
+
+async fn requeue(
+    State(shared): State<Arc<Shared>>,
+    Path(q): Path<String>,
+    body: Bytes,
+) -> Response {
+    let what = match serde_json::from_slice::<RequeueBody>(&body) {
+        Ok(RequeueBody {
+            id: Some(id),
+            all_dead: false,
+        }) => Requeue::One(id),
+        Ok(RequeueBody {
+            id: None,
+            all_dead: true,
+        }) => Requeue::AllDead,
+        _ => {
+            return error(&OpError::Invalid(
+                "the body is {\"id\": \"...\"} or {\"all_dead\": true}".to_owned(),
+            ));
+        }
+    };
+    write(&shared, &q, async |id| shared.ops.requeue(id, &what).await).await
+}
+
+async fn remove(
+    State(shared): State<Arc<Shared>>,
+    Path((q, entry)): Path<(String, String)>,
+) -> Response {
+    write(&shared, &q, async |id| shared.ops.remove(id, &entry).await).await
+}
+
+async fn run_now(
+    State(shared): State<Arc<Shared>>,
+    Path((q, name)): Path<(String, String)>,
+) -> Response {
+    write(&shared, &q, async |id| shared.ops.run_now(id, &name).await).await
+}
+
+async fn unschedule(
+    State(shared): State<Arc<Shared>>,
+    Path((q, name)): Path<(String, String)>,
+) -> Response {
+    write(&shared, &q, async |id| {
+        shared.ops.unschedule(id, &name).await
+    })
+    .await
+}

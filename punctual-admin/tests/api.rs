@@ -1,0 +1,792 @@
+//! The JSON API, the pages and `/metrics` over HTTP: the dashboard's
+//! router called as a service, in front of a seeded Redis and PostgreSQL
+//! (and a memory queue): every route and its document, the status codes,
+//! the token, read-only mode, the same-origin check on writes, nesting,
+//! and the cache that makes many viewers cost one read.
+
+mod common;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, Request, StatusCode, header};
+use common::pg::PgDb;
+use common::redis_server::RedisServer;
+use common::{SEEDED, pg_queue_in, redis_queue, seed_pg, seed_redis};
+use punctual::durable::EntryState;
+use punctual::memory::MemoryQueue;
+use punctual::postgres::PgQueue;
+use punctual::redis::RedisQueue;
+use punctual_admin::{Dashboard, DashboardBuilder};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+/// The host the test requests are sent to, and the Origin of a page of it.
+const HOST: &str = "dash.test";
+const ORIGIN: &str = "http://dash.test";
+
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.status, self.body))
+    }
+}
+
+/// One request through `router`; `headers` besides `Host`.
+async fn call(
+    router: &Router,
+    method: &str,
+    uri: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::HOST, HOST);
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let response = router
+        .clone()
+        .oneshot(request.body(Body::from(body.to_owned())).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = axum::body::to_bytes(response.into_body(), 16 << 20)
+        .await
+        .unwrap();
+    Answer {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    }
+}
+
+async fn get(router: &Router, uri: &str) -> Answer {
+    call(router, "GET", uri, &[], "").await
+}
+
+/// A write as the dashboard's own pages send it.
+async fn write(router: &Router, method: &str, uri: &str, body: &str) -> Answer {
+    call(
+        router,
+        method,
+        uri,
+        &[("origin", ORIGIN), ("content-type", "application/json")],
+        body,
+    )
+    .await
+}
+
+#[track_caller]
+fn status(a: &Answer, want: StatusCode) {
+    assert_eq!(a.status, want, "{}", a.body);
+}
+
+struct Seeded {
+    redis: RedisServer,
+    _db: PgDb,
+    pg_url: String,
+    schema: String,
+    r: RedisQueue<serde_json::Value>,
+    p: PgQueue<serde_json::Value>,
+}
+
+impl Seeded {
+    /// Redis `orders` (seeded) and `emails`; PostgreSQL `orders` (seeded)
+    /// in `schema`.
+    async fn new(schema: &str) -> Seeded {
+        let redis = RedisServer::start_in_memory();
+        let db = PgDb::new();
+        let pg_url = db.url();
+        let r = redis_queue(&redis.url(), "orders").await;
+        let p = pg_queue_in(&pg_url, schema, "orders").await;
+        // The leased entries stay leased (an hour) once let go.
+        drop(seed_redis(&r).await);
+        drop(seed_pg(&p).await);
+        redis_queue(&redis.url(), "emails")
+            .await
+            .insert(&json!({"to": "a@example.com"}), Duration::from_secs(600))
+            .await
+            .unwrap();
+        Seeded {
+            redis,
+            _db: db,
+            pg_url,
+            schema: schema.to_owned(),
+            r,
+            p,
+        }
+    }
+
+    fn builder(&self) -> DashboardBuilder {
+        Dashboard::builder()
+            .redis(&self.redis.url())
+            .postgres(&self.pg_url, &self.schema)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_answer_the_documents_of_the_command_line() {
+    let s = Seeded::new("api_reads").await;
+    let memory: MemoryQueue<Value> = MemoryQueue::new("local");
+    memory
+        .insert(&json!({"n": 1}), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let app = s.builder().memory(memory).router();
+
+    let all = get(&app, "/api/queues").await;
+    status(&all, StatusCode::OK);
+    assert_eq!(all.headers[header::CONTENT_TYPE], "application/json");
+    let names: Vec<String> = all
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| {
+            format!(
+                "{}:{}:{}",
+                q["store"].as_str().unwrap(),
+                q["name"].as_str().unwrap(),
+                q["pending"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "redis:emails:1".to_owned(),
+            format!("redis:orders:{}", SEEDED.pending),
+            format!("postgres:orders:{}", SEEDED.pending),
+            "memory:local:1".to_owned()
+        ]
+    );
+
+    let both = get(&app, "/api/queues/orders").await;
+    status(&both, StatusCode::BAD_REQUEST);
+    assert!(
+        both.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("redis:orders or postgres:orders")
+    );
+    for q in ["redis:orders", "redis%3Aorders"] {
+        let one = get(&app, &format!("/api/queues/{q}")).await;
+        status(&one, StatusCode::OK);
+        assert_eq!(
+            (&one.json()["store"], &one.json()["dead"]),
+            (&json!("redis"), &json!(3))
+        );
+    }
+    status(&get(&app, "/api/queues/nope").await, StatusCode::NOT_FOUND);
+
+    let dead = get(&app, "/api/queues/postgres:orders/entries?state=dead").await;
+    status(&dead, StatusCode::OK);
+    let dead = dead.json();
+    assert_eq!(dead["entries"].as_array().unwrap().len(), 3);
+    assert_eq!(dead["next"], Value::Null);
+    assert_eq!(
+        dead["entries"][1]["last_error"],
+        "address not found: 221B Baker Street"
+    );
+    let page = get(
+        &app,
+        "/api/queues/redis:orders/entries?state=pending&limit=100",
+    )
+    .await
+    .json();
+    assert_eq!(page["entries"].as_array().unwrap().len(), 100);
+    let next = page["next"].as_str().unwrap().to_owned();
+    let rest = get(
+        &app,
+        &format!("/api/queues/redis:orders/entries?state=pending&limit=100&cursor={next}"),
+    )
+    .await
+    .json();
+    assert_eq!(
+        rest["entries"].as_array().unwrap().len() as u64,
+        SEEDED.pending - 100
+    );
+    assert_eq!(rest["next"], Value::Null);
+    status(
+        &get(
+            &app,
+            &format!("/api/queues/postgres:orders/entries?state=pending&cursor={next}"),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+    );
+    status(
+        &get(&app, "/api/queues/redis:orders/entries").await,
+        StatusCode::BAD_REQUEST,
+    );
+    status(
+        &get(&app, "/api/queues/redis:orders/entries?state=asleep").await,
+        StatusCode::BAD_REQUEST,
+    );
+    status(
+        &get(&app, "/api/queues/redis:orders/entries?state=dead&limit=x").await,
+        StatusCode::BAD_REQUEST,
+    );
+
+    let entry = get(&app, "/api/queues/redis:orders/entries/leased-1").await;
+    status(&entry, StatusCode::OK);
+    let entry = entry.json();
+    assert_eq!(
+        (&entry["state"], &entry["value"]["order"]),
+        (&json!("leased"), &json!(7))
+    );
+    assert!(entry["lease_until"].is_string());
+    status(
+        &get(&app, "/api/queues/redis:orders/entries/nope").await,
+        StatusCode::NOT_FOUND,
+    );
+
+    let schedules = get(&app, "/api/queues/redis:orders/schedules").await.json();
+    let names: Vec<&str> = schedules
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2);
+    assert!(names.contains(&"cleanup") && names.contains(&"nightly-report"));
+
+    let nowhere = get(&app, "/api/nope").await;
+    status(&nowhere, StatusCode::NOT_FOUND);
+    assert!(nowhere.json()["error"].is_string());
+
+    // The pages show what the API answers.
+    let overview = get(&app, "/").await;
+    status(&overview, StatusCode::OK);
+    assert_eq!(
+        overview.headers[header::X_FRAME_OPTIONS],
+        "DENY",
+        "no framing: clickjacking"
+    );
+    assert_eq!(
+        overview.headers[header::CONTENT_SECURITY_POLICY],
+        "frame-ancestors 'none'"
+    );
+    assert!(
+        overview.body.contains(r#"href="/queues/redis:orders""#),
+        "links by store:name"
+    );
+    assert!(
+        overview.body.contains(r#"href="/queues/emails""#),
+        "and by name when unique"
+    );
+    assert!(overview.body.contains("<svg"), "charts");
+    let queue = get(&app, "/queues/postgres:orders").await;
+    status(&queue, StatusCode::OK);
+    for part in [
+        "Next hour",
+        "nightly-report",
+        "every 1h skip",
+        "*/5 * * * *",
+        "class=\"timeline\"",
+        "The store's clock",
+    ] {
+        assert!(queue.body.contains(part), "{part} on the queue page");
+    }
+    let page = get(&app, "/queues/postgres:orders/entries?state=dead").await;
+    assert!(page.body.contains("card declined (issuer code 51)"));
+    let entry = get(&app, "/queues/postgres:orders/entries/dead-2").await;
+    status(&entry, StatusCode::OK);
+    assert!(
+        entry.body.contains("&quot;order&quot;: 101"),
+        "the value, pretty"
+    );
+    status(&get(&app, "/queues/nope").await, StatusCode::NOT_FOUND);
+    status(
+        &get(&app, "/queues/redis:orders/entries/nope").await,
+        StatusCode::NOT_FOUND,
+    );
+    status(&get(&app, "/nowhere").await, StatusCode::NOT_FOUND);
+    let css = get(&app, "/assets/style.css").await;
+    assert_eq!(css.headers[header::CONTENT_TYPE], "text/css; charset=utf-8");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_change_the_store() {
+    let s = Seeded::new("api_writes").await;
+    let app = s.builder().router();
+    let ok = |n: u64| json!({"ok": true, "changed": n});
+
+    let a = write(&app, "POST", "/api/queues/redis:orders/pause", "").await;
+    status(&a, StatusCode::OK);
+    assert_eq!(a.json(), ok(1));
+    assert!(s.r.is_paused().await.unwrap());
+    assert_eq!(
+        get(&app, "/api/queues/redis:orders").await.json()["paused"],
+        true,
+        "the cache forgot"
+    );
+    assert_eq!(
+        write(&app, "POST", "/api/queues/redis:orders/pause", "")
+            .await
+            .json(),
+        ok(0)
+    );
+    assert_eq!(
+        write(&app, "POST", "/api/queues/redis:orders/resume", "")
+            .await
+            .json(),
+        ok(1)
+    );
+    assert!(!s.r.is_paused().await.unwrap());
+
+    assert_eq!(
+        write(
+            &app,
+            "POST",
+            "/api/queues/redis:orders/requeue",
+            r#"{"id": "dead-3"}"#
+        )
+        .await
+        .json(),
+        ok(1)
+    );
+    assert_eq!(
+        s.r.entry("dead-3").await.unwrap().unwrap().state,
+        EntryState::Due
+    );
+    assert_eq!(
+        write(
+            &app,
+            "POST",
+            "/api/queues/redis:orders/requeue",
+            r#"{"all_dead": true}"#
+        )
+        .await
+        .json(),
+        ok(2)
+    );
+    assert_eq!(s.r.stats().await.unwrap().dead, 0);
+    status(
+        &write(
+            &app,
+            "POST",
+            "/api/queues/redis:orders/requeue",
+            r#"{"id": "nope"}"#,
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+    );
+    for bad in [
+        "",
+        "{}",
+        r#"{"id": 3}"#,
+        r#"{"id": "a", "all_dead": true}"#,
+        r#"{"all": true}"#,
+    ] {
+        status(
+            &write(&app, "POST", "/api/queues/redis:orders/requeue", bad).await,
+            StatusCode::BAD_REQUEST,
+        );
+    }
+
+    assert_eq!(
+        write(
+            &app,
+            "DELETE",
+            "/api/queues/postgres:orders/entries/order-003",
+            ""
+        )
+        .await
+        .json(),
+        ok(1)
+    );
+    assert!(s.p.entry("order-003").await.unwrap().is_none());
+    status(
+        &write(
+            &app,
+            "DELETE",
+            "/api/queues/postgres:orders/entries/order-003",
+            "",
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+    );
+    assert_eq!(
+        write(&app, "POST", "/api/queues/postgres:orders/clear-dead", "")
+            .await
+            .json(),
+        ok(3)
+    );
+    assert_eq!(s.p.stats().await.unwrap().dead, 0);
+
+    assert_eq!(
+        write(
+            &app,
+            "POST",
+            "/api/queues/postgres:orders/schedules/nightly-report/run-now",
+            ""
+        )
+        .await
+        .json(),
+        ok(1)
+    );
+    let tick = s.p.entry("nightly-report").await.unwrap().unwrap();
+    assert!(tick.due <= s.p.now().await.unwrap());
+    status(
+        &write(
+            &app,
+            "POST",
+            "/api/queues/postgres:orders/schedules/nope/run-now",
+            "",
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+    );
+    assert_eq!(
+        write(
+            &app,
+            "DELETE",
+            "/api/queues/postgres:orders/schedules/cleanup",
+            ""
+        )
+        .await
+        .json(),
+        ok(1)
+    );
+    assert_eq!(s.p.schedules().await.unwrap().len(), 1);
+    status(
+        &write(
+            &app,
+            "DELETE",
+            "/api/queues/postgres:orders/schedules/cleanup",
+            "",
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+    );
+    status(
+        &write(&app, "GET", "/api/queues/postgres:orders/pause", "").await,
+        StatusCode::METHOD_NOT_ALLOWED,
+    );
+
+    // A page's button: a form POST, answered with a redirect back.
+    let form = call(
+        &app,
+        "POST",
+        "/queues/redis:orders/pause",
+        &[
+            ("origin", ORIGIN),
+            ("content-type", "application/x-www-form-urlencoded"),
+        ],
+        "back=%2Fqueues%2Fredis%3Aorders",
+    )
+    .await;
+    status(&form, StatusCode::SEE_OTHER);
+    let location = form.headers[header::LOCATION].to_str().unwrap();
+    assert!(
+        location.starts_with("/queues/redis:orders?done=Paused"),
+        "{location}"
+    );
+    assert!(s.r.is_paused().await.unwrap());
+    // Deleting every dead letter wants its box ticked.
+    let unticked = call(
+        &app,
+        "POST",
+        "/queues/redis:orders/clear-dead",
+        &[
+            ("origin", ORIGIN),
+            ("content-type", "application/x-www-form-urlencoded"),
+        ],
+        "back=%2F",
+    )
+    .await;
+    status(&unticked, StatusCode::BAD_REQUEST);
+    // A redirect never leaves the dashboard.
+    let away = call(
+        &app,
+        "POST",
+        "/queues/redis:orders/resume",
+        &[
+            ("origin", ORIGIN),
+            ("content-type", "application/x-www-form-urlencoded"),
+        ],
+        "back=%2F%2Fevil.example%2F",
+    )
+    .await;
+    assert!(
+        away.headers[header::LOCATION]
+            .to_str()
+            .unwrap()
+            .starts_with("/queues/redis:orders?done=")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn safety_token_read_only_and_same_origin() {
+    let s = Seeded::new("api_safety").await;
+
+    // Writes come from the dashboard's own pages.
+    let app = s.builder().router();
+    for headers in [
+        vec![],
+        vec![("origin", "http://evil.example")],
+        vec![("origin", "null")],
+        vec![("referer", "http://evil.example/page")],
+        vec![("origin", "http://dash.test:8081")],
+    ] {
+        let a = call(&app, "POST", "/api/queues/redis:orders/pause", &headers, "").await;
+        status(&a, StatusCode::FORBIDDEN);
+        assert!(a.json()["error"].as_str().unwrap().contains("Origin"));
+        let form = call(&app, "POST", "/queues/redis:orders/pause", &headers, "").await;
+        status(&form, StatusCode::FORBIDDEN);
+    }
+    assert!(
+        !s.r.is_paused().await.unwrap(),
+        "nothing forged got through"
+    );
+    let by_referer = call(
+        &app,
+        "POST",
+        "/api/queues/redis:orders/pause",
+        &[("referer", "http://dash.test/queues/x")],
+        "",
+    )
+    .await;
+    status(&by_referer, StatusCode::OK);
+    assert!(s.r.is_paused().await.unwrap());
+
+    // Read-only: no button, every write 403, reads as usual.
+    let ro = s.builder().read_only(true).router();
+    let page = get(&ro, "/queues/redis:orders").await;
+    status(&page, StatusCode::OK);
+    assert!(!page.body.contains("data-action"), "no write button");
+    assert!(page.body.contains("read-only"));
+    let entries = get(&ro, "/queues/redis:orders/entries?state=dead").await;
+    assert!(entries.body.contains("dead-1") && !entries.body.contains("data-action"));
+    for (method, uri) in [
+        ("POST", "/api/queues/redis:orders/resume"),
+        ("DELETE", "/api/queues/redis:orders/entries/order-001"),
+        ("POST", "/queues/redis:orders/resume"),
+        ("POST", "/queues/redis:orders/requeue"),
+    ] {
+        status(
+            &write(&ro, method, uri, r#"{"all_dead": true}"#).await,
+            StatusCode::FORBIDDEN,
+        );
+    }
+    assert!(
+        s.r.is_paused().await.unwrap(),
+        "still paused: the resume was refused"
+    );
+    assert!(s.r.entry("order-001").await.unwrap().is_some());
+    status(&get(&ro, "/api/queues/redis:orders").await, StatusCode::OK);
+
+    // A token: every request needs it.
+    let locked = s.builder().token("s3cret token").router();
+    let refused = get(&locked, "/api/queues").await;
+    status(&refused, StatusCode::UNAUTHORIZED);
+    assert!(
+        refused.headers[header::WWW_AUTHENTICATE]
+            .to_str()
+            .unwrap()
+            .starts_with("Bearer")
+    );
+    status(&get(&locked, "/metrics").await, StatusCode::UNAUTHORIZED);
+    status(
+        &call(
+            &locked,
+            "GET",
+            "/api/queues",
+            &[("authorization", "Bearer wrong")],
+            "",
+        )
+        .await,
+        StatusCode::UNAUTHORIZED,
+    );
+    let page = get(&locked, "/queues/redis:orders").await;
+    status(&page, StatusCode::SEE_OTHER);
+    assert_eq!(page.headers[header::LOCATION], "/login");
+    status(&get(&locked, "/login").await, StatusCode::OK);
+    let bearer = [("authorization", "Bearer s3cret token")];
+    status(
+        &call(&locked, "GET", "/api/queues", &bearer, "").await,
+        StatusCode::OK,
+    );
+    // The header is no ambient credential: no Origin needed with it.
+    let resumed = call(
+        &locked,
+        "POST",
+        "/api/queues/redis:orders/resume",
+        &bearer,
+        "",
+    )
+    .await;
+    assert_eq!(resumed.json(), json!({"ok": true, "changed": 1}));
+    let form = [
+        ("origin", ORIGIN),
+        ("content-type", "application/x-www-form-urlencoded"),
+    ];
+    status(
+        &call(&locked, "POST", "/login", &form, "token=nope").await,
+        StatusCode::UNAUTHORIZED,
+    );
+    let login = call(&locked, "POST", "/login", &form, "token=s3cret+token").await;
+    status(&login, StatusCode::SEE_OTHER);
+    let cookie = login.headers[header::SET_COOKIE].to_str().unwrap();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_owned();
+    let with_cookie = call(
+        &locked,
+        "GET",
+        "/queues/redis:orders",
+        &[("cookie", &pair)],
+        "",
+    )
+    .await;
+    status(&with_cookie, StatusCode::OK);
+    assert!(with_cookie.body.contains("log out"));
+    // A cookie is ambient: its writes still need the Origin.
+    status(
+        &call(
+            &locked,
+            "POST",
+            "/api/queues/redis:orders/pause",
+            &[("cookie", &pair)],
+            "",
+        )
+        .await,
+        StatusCode::FORBIDDEN,
+    );
+    status(
+        &call(
+            &locked,
+            "POST",
+            "/api/queues/redis:orders/pause",
+            &[("cookie", &pair), ("origin", ORIGIN)],
+            "",
+        )
+        .await,
+        StatusCode::OK,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_nesting_and_one_read_for_many_viewers() {
+    let s = Seeded::new("api_metrics").await;
+    let dashboard = s.builder().build();
+    let app = dashboard.router();
+
+    let text = get(&app, "/metrics").await;
+    status(&text, StatusCode::OK);
+    assert!(
+        text.headers[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
+    for line in [
+        "# TYPE punctual_queue_entries gauge",
+        r#"punctual_queue_entries{messaging_system="punctual",messaging_destination_name="orders",punctual_store="redis",punctual_entry_state="dead"} 3"#,
+        &format!(
+            r#"punctual_queue_entries{{messaging_system="punctual",messaging_destination_name="orders",punctual_store="postgres",punctual_entry_state="pending"}} {}"#,
+            SEEDED.pending
+        ),
+        r#"punctual_queue_paused{messaging_system="punctual",messaging_destination_name="emails",punctual_store="redis"} 0"#,
+        "punctual_admin_read_errors 0",
+    ] {
+        assert!(
+            text.body.lines().any(|l| l == line),
+            "{line} in\n{}",
+            text.body
+        );
+    }
+
+    // Nested under a path: every link and the stylesheet carry it.
+    let nested = Router::new().nest("/ops/jobs", dashboard.router());
+    let page = get(&nested, "/ops/jobs").await;
+    status(&page, StatusCode::OK);
+    assert!(page.body.contains(r#"href="/ops/jobs/assets/style.css""#));
+    assert!(
+        page.body
+            .contains(r#"href="/ops/jobs/queues/redis:orders""#)
+    );
+    status(
+        &get(&nested, "/ops/jobs/assets/style.css").await,
+        StatusCode::OK,
+    );
+    let form = call(
+        &nested,
+        "POST",
+        "/ops/jobs/queues/emails/pause",
+        &[
+            ("origin", ORIGIN),
+            ("content-type", "application/x-www-form-urlencoded"),
+        ],
+        "back=%2Fqueues%2Femails",
+    )
+    .await;
+    assert!(
+        form.headers[header::LOCATION]
+            .to_str()
+            .unwrap()
+            .starts_with("/ops/jobs/queues/emails?done=")
+    );
+
+    // Ten viewers at once, five requests each, once the counts are stale:
+    // one read of each queue's counts (the Redis scripts: clock, counts,
+    // paused), not fifty.
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    let reads = |body: &str| -> u64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix("punctual_admin_stats_reads_total "))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let evalsha = |info: String| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    let reads_before = reads(&get(&app, "/metrics").await.body);
+    let evalsha_before = evalsha(s.redis.cli(&["INFO", "commandstats"]));
+    let mut viewers = tokio::task::JoinSet::new();
+    for v in 0..10 {
+        let app = app.clone();
+        viewers.spawn(async move {
+            for i in 0..5 {
+                let uri = match (v + i) % 3 {
+                    0 => "/",
+                    1 => "/metrics",
+                    _ => "/api/queues",
+                };
+                assert_eq!(get(&app, uri).await.status, StatusCode::OK);
+            }
+        });
+    }
+    while let Some(done) = viewers.join_next().await {
+        done.unwrap();
+    }
+    let reads_after = reads(&get(&app, "/metrics").await.body);
+    let evalsha_after = evalsha(s.redis.cli(&["INFO", "commandstats"]));
+    assert!(
+        reads_after - reads_before <= 3,
+        "{reads_before} -> {reads_after}: one read per queue at most"
+    );
+    assert!(
+        evalsha_after - evalsha_before <= 2 * 3,
+        "{evalsha_before} -> {evalsha_after}"
+    );
+    assert!(reads_after >= 3, "the counts were read at all");
+}

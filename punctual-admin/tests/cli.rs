@@ -1,0 +1,689 @@
+//! The command line against seeded Redis and PostgreSQL servers: every
+//! command, its `--json` documents, its exit codes (0 done, 1 no such
+//! queue, entry or schedule, 2 bad arguments or a store error), queues
+//! named `redis:NAME` / `postgres:NAME` when both stores hold the name, and
+//! `rediss://` / `sslmode=verify-full` URLs.
+
+mod common;
+#[path = "../../tests/common/pg_server.rs"]
+mod pg_server;
+#[path = "../../tests/common/tls.rs"]
+mod tls;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::Duration;
+
+use common::pg::PgDb;
+use common::redis_server::RedisServer;
+use common::{Held, SEEDED, pg_queue, pg_queue_in, redis_queue, seed_pg, seed_redis};
+use punctual::durable::EntryState;
+use serde_json::{Value, json};
+use tokio::task::block_in_place;
+
+/// What a run of `punctual-admin` gave.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not one JSON document ({e}): {self:?}"))
+    }
+}
+
+/// Runs the binary with `stores` then `args`.
+fn admin(stores: &[String], args: &[&str]) -> Run {
+    admin_env(stores, args, &[])
+}
+
+fn admin_env(stores: &[String], args: &[&str], env: &[(&str, &str)]) -> Run {
+    let out = block_in_place(|| {
+        Command::new(env!("CARGO_BIN_EXE_punctual-admin"))
+            .args(stores)
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .expect("the binary runs")
+    });
+    Run {
+        code: out.status.code().expect("exited"),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Asserts `run` ended with `code`, showing it otherwise.
+#[track_caller]
+fn exits(run: Run, code: i32) -> Run {
+    assert_eq!(run.code, code, "{run:#?}");
+    run
+}
+
+fn keys(v: &Value) -> BTreeSet<String> {
+    v.as_object().expect("an object").keys().cloned().collect()
+}
+
+fn set(keys: &[&str]) -> BTreeSet<String> {
+    keys.iter().map(|k| (*k).to_owned()).collect()
+}
+
+/// `2025-06-01T12:00:03.250Z`
+#[track_caller]
+fn is_rfc3339_utc(v: &Value) {
+    let s = v.as_str().unwrap_or_else(|| panic!("a time, not {v}"));
+    assert!(
+        s.len() == 24 && s.ends_with('Z') && &s[10..11] == "T",
+        "not RFC 3339 UTC: {s}"
+    );
+}
+
+struct Seeded {
+    _redis: RedisServer,
+    _db: PgDb,
+    _held: Vec<Held>,
+    stores: Vec<String>,
+    redis_url: String,
+    pg_url: String,
+}
+
+/// Redis holds `orders` (seeded) and `emails`; PostgreSQL's `schema` holds
+/// `orders` (seeded) and `reports` (a schedule only).
+async fn seeded(schema: &str) -> Seeded {
+    let redis = RedisServer::start_in_memory();
+    let db = PgDb::new();
+    let (redis_url, pg_url) = (redis.url(), db.url());
+    let r = redis_queue(&redis_url, "orders").await;
+    let p = pg_queue_in(&pg_url, schema, "orders").await;
+    let held = vec![seed_redis(&r).await, seed_pg(&p).await];
+    let emails = redis_queue(&redis_url, "emails").await;
+    emails
+        .insert(&json!({"to": "a@example.com"}), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let reports = pg_queue_in(&pg_url, schema, "reports").await;
+    reports
+        .schedule_every(
+            "weekly",
+            Duration::from_secs(7 * 86_400),
+            punctual::MissedTicks::Skip,
+            &json!("weekly"),
+        )
+        .await
+        .unwrap();
+    Seeded {
+        stores: vec![
+            "--redis".into(),
+            redis_url.clone(),
+            "--postgres".into(),
+            pg_url.clone(),
+            "--schema".into(),
+            schema.into(),
+        ],
+        _redis: redis,
+        _db: db,
+        _held: held,
+        redis_url,
+        pg_url,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_answer_the_json_shapes_and_exit_codes() {
+    let s = seeded("cli_reads").await;
+    let st = &s.stores;
+
+    // queues: every queue of both stores, with counts.
+    let all = exits(admin(st, &["queues", "--json"]), 0).json();
+    let all = all.as_array().expect("a list");
+    let names: Vec<(String, String)> = all
+        .iter()
+        .map(|q| {
+            (
+                q["store"].as_str().unwrap().to_owned(),
+                q["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("redis".into(), "emails".into()),
+            ("redis".into(), "orders".into()),
+            ("postgres".into(), "orders".into()),
+            ("postgres".into(), "reports".into()),
+        ]
+    );
+    let shape = set(&[
+        "store", "name", "paused", "pending", "due", "leased", "dead", "now",
+    ]);
+    for q in all {
+        assert_eq!(keys(q), shape);
+        is_rfc3339_utc(&q["now"]);
+    }
+    for q in &all[1..3] {
+        assert_eq!(
+            (
+                &q["pending"],
+                &q["due"],
+                &q["leased"],
+                &q["dead"],
+                &q["paused"]
+            ),
+            (
+                &json!(SEEDED.pending),
+                &json!(SEEDED.due),
+                &json!(SEEDED.leased),
+                &json!(SEEDED.dead),
+                &json!(false)
+            ),
+            "{q}"
+        );
+    }
+    let human = exits(admin(st, &["queues"]), 0).stdout.clone();
+    assert!(human.starts_with("STORE"), "{human}");
+    assert!(human.contains("postgres  reports"), "{human}");
+
+    // stats: a name both stores hold must say which.
+    let both = exits(admin(st, &["stats", "orders"]), 2);
+    assert!(
+        both.stderr.contains("redis:orders or postgres:orders"),
+        "{both:?}"
+    );
+    let r = exits(admin(st, &["stats", "redis:orders", "--json"]), 0).json();
+    assert_eq!((&r["store"], &r["dead"]), (&json!("redis"), &json!(3)));
+    let p = exits(admin(st, &["stats", "postgres:orders", "--json"]), 0).json();
+    assert_eq!(
+        (&p["store"], &p["pending"]),
+        (&json!("postgres"), &json!(SEEDED.pending))
+    );
+    let e = exits(admin(st, &["stats", "emails", "--json"]), 0).json();
+    assert_eq!((&e["store"], &e["pending"]), (&json!("redis"), &json!(1)));
+    let missing = exits(admin(st, &["stats", "nope", "--json"]), 1);
+    assert_eq!(keys(&missing.json()), set(&["error"]));
+    exits(admin(st, &["stats", "postgres:emails"]), 1);
+    let human = exits(admin(st, &["stats", "postgres:orders"]), 0)
+        .stdout
+        .clone();
+    assert!(human.contains("dead     3"), "{human}");
+
+    // entries: pages walk every pending entry once, in due order.
+    for q in ["redis:orders", "postgres:orders"] {
+        let mut seen = Vec::new();
+        let mut cursor: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            let mut args = vec![
+                "entries", q, "--state", "pending", "--limit", "50", "--json",
+            ];
+            if let Some(c) = &cursor {
+                args.extend(["--cursor", c.as_str()]);
+            }
+            let page = exits(admin(st, &args), 0).json();
+            assert_eq!(keys(&page), set(&["entries", "next"]));
+            pages += 1;
+            for e in page["entries"].as_array().unwrap() {
+                assert_eq!(
+                    keys(e),
+                    set(&[
+                        "id",
+                        "state",
+                        "due",
+                        "lease_until",
+                        "died_at",
+                        "attempt",
+                        "schedule",
+                        "last_error",
+                        "value"
+                    ])
+                );
+                assert_eq!(e["state"], "pending");
+                is_rfc3339_utc(&e["due"]);
+                assert_eq!(
+                    (&e["lease_until"], &e["died_at"]),
+                    (&Value::Null, &Value::Null)
+                );
+                seen.push((
+                    e["due"].as_str().unwrap().to_owned(),
+                    e["id"].as_str().unwrap().to_owned(),
+                ));
+            }
+            match page["next"].as_str() {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => break,
+            }
+        }
+        assert_eq!(pages, 3, "{q}: 124 entries in pages of 50");
+        assert_eq!(seen.len() as u64, SEEDED.pending, "{q}");
+        let ids: BTreeSet<&String> = seen.iter().map(|(_, id)| id).collect();
+        assert_eq!(ids.len(), seen.len(), "{q}: each entry once");
+        assert!(
+            seen.windows(2).all(|w| w[0].0 <= w[1].0),
+            "{q}: in due order"
+        );
+        assert!(ids.contains(&"retry-1".to_owned()) && ids.contains(&"nightly-report".to_owned()));
+
+        let dead = exits(admin(st, &["entries", q, "--state", "dead", "--json"]), 0).json();
+        let dead = dead["entries"].as_array().unwrap().clone();
+        assert_eq!(dead.len(), 3, "{q}");
+        assert_eq!(dead[0]["last_error"], "card declined (issuer code 51)");
+        is_rfc3339_utc(&dead[0]["died_at"]);
+        let leased = exits(admin(st, &["entries", q, "--state", "leased", "--json"]), 0).json();
+        assert_eq!(leased["entries"][0]["id"], "leased-1");
+        is_rfc3339_utc(&leased["entries"][0]["lease_until"]);
+        let due = exits(admin(st, &["entries", q, "--state", "due", "--json"]), 0).json();
+        assert_eq!(due["entries"].as_array().unwrap().len(), 2);
+        assert_eq!(due["next"], Value::Null);
+    }
+    let human = exits(
+        admin(
+            st,
+            &[
+                "entries",
+                "redis:orders",
+                "--state",
+                "pending",
+                "--limit",
+                "2",
+            ],
+        ),
+        0,
+    );
+    assert!(human.stdout.contains("next page: --cursor "), "{human:?}");
+    // A cursor of another queue, a malformed one, a bad state: exit 2.
+    let pg_page = exits(
+        admin(
+            st,
+            &[
+                "entries",
+                "postgres:orders",
+                "--state",
+                "pending",
+                "--limit",
+                "1",
+                "--json",
+            ],
+        ),
+        0,
+    )
+    .json();
+    let pg_cursor = pg_page["next"].as_str().unwrap();
+    exits(
+        admin(
+            st,
+            &[
+                "entries",
+                "redis:orders",
+                "--state",
+                "pending",
+                "--cursor",
+                pg_cursor,
+            ],
+        ),
+        2,
+    );
+    exits(
+        admin(
+            st,
+            &[
+                "entries",
+                "redis:orders",
+                "--state",
+                "pending",
+                "--cursor",
+                "zzz",
+            ],
+        ),
+        2,
+    );
+    exits(
+        admin(st, &["entries", "redis:orders", "--state", "sleeping"]),
+        2,
+    );
+    exits(admin(st, &["entries", "redis:orders"]), 2);
+    exits(admin(st, &["entries", "nope", "--state", "dead"]), 1);
+
+    // show: one entry in any state.
+    let dead = exits(
+        admin(st, &["show", "postgres:orders", "dead-1", "--json"]),
+        0,
+    )
+    .json();
+    assert_eq!(
+        (
+            &dead["state"],
+            &dead["attempt"],
+            &dead["last_error"],
+            &dead["value"]["order"]
+        ),
+        (
+            &json!("dead"),
+            &json!(1),
+            &json!("card declined (issuer code 51)"),
+            &json!(100)
+        )
+    );
+    let tick = exits(admin(st, &["show", "redis:orders", "cleanup", "--json"]), 0).json();
+    assert_eq!(
+        (&tick["schedule"], &tick["state"]),
+        (&json!("cleanup"), &json!("pending"))
+    );
+    let human = exits(admin(st, &["show", "redis:orders", "retry-1"]), 0)
+        .stdout
+        .clone();
+    assert!(human.contains("last error  smtp 421"), "{human}");
+    exits(admin(st, &["show", "redis:orders", "nope"]), 1);
+    exits(admin(st, &["show", "redis:orders"]), 2);
+
+    // schedules: name, spec, next run, value.
+    let list = exits(admin(st, &["schedules", "postgres:orders", "--json"]), 0).json();
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 2);
+    for sched in list {
+        assert_eq!(keys(sched), set(&["name", "spec", "next", "value"]));
+        is_rfc3339_utc(&sched["next"]);
+    }
+    let specs: BTreeSet<(String, String)> = list
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap().into(),
+                s["spec"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        specs,
+        BTreeSet::from([
+            ("cleanup".into(), "*/5 * * * *".into()),
+            ("nightly-report".into(), "every 1h skip".into())
+        ])
+    );
+    let weekly = exits(admin(st, &["schedules", "reports"]), 0)
+        .stdout
+        .clone();
+    assert!(
+        weekly.contains("weekly  every 7d skip") || weekly.contains("weekly  every 168h skip"),
+        "{weekly}"
+    );
+    exits(admin(st, &["schedules", "emails", "--json"]), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_change_the_store() {
+    let s = seeded("cli_writes").await;
+    let st = &s.stores;
+    let r = redis_queue(&s.redis_url, "orders").await;
+    let p = pg_queue_in(&s.pg_url, "cli_writes", "orders").await;
+    let ok = |n: u64| json!({"ok": true, "changed": n});
+
+    // requeue one dead letter, then the rest.
+    assert_eq!(
+        exits(
+            admin(st, &["requeue", "redis:orders", "dead-1", "--json"]),
+            0
+        )
+        .json(),
+        ok(1)
+    );
+    let back = r.entry("dead-1").await.unwrap().expect("still there");
+    assert_eq!((back.state, back.attempt), (EntryState::Due, 0));
+    assert_eq!(
+        exits(
+            admin(st, &["requeue", "redis:orders", "order-001", "--json"]),
+            0
+        )
+        .json(),
+        ok(0)
+    );
+    exits(admin(st, &["requeue", "redis:orders", "nope"]), 1);
+    exits(admin(st, &["requeue", "redis:orders"]), 2);
+    exits(
+        admin(st, &["requeue", "redis:orders", "dead-2", "--all-dead"]),
+        2,
+    );
+    let all = exits(admin(st, &["requeue", "redis:orders", "--all-dead"]), 0);
+    assert!(all.stdout.contains("requeued 2 dead letters"), "{all:?}");
+    assert_eq!(r.stats().await.unwrap().dead, 0);
+
+    // remove
+    assert_eq!(
+        exits(
+            admin(st, &["remove", "redis:orders", "order-002", "--json"]),
+            0
+        )
+        .json(),
+        ok(1)
+    );
+    assert!(r.entry("order-002").await.unwrap().is_none());
+    exits(admin(st, &["remove", "redis:orders", "order-002"]), 1);
+
+    // clear-dead
+    assert_eq!(
+        exits(admin(st, &["clear-dead", "postgres:orders", "--json"]), 0).json(),
+        ok(3)
+    );
+    assert_eq!(p.stats().await.unwrap().dead, 0);
+    assert_eq!(
+        exits(admin(st, &["clear-dead", "postgres:orders", "--json"]), 0).json(),
+        ok(0)
+    );
+
+    // pause, resume
+    assert_eq!(
+        exits(admin(st, &["pause", "postgres:orders", "--json"]), 0).json(),
+        ok(1)
+    );
+    assert!(p.is_paused().await.unwrap());
+    assert_eq!(
+        exits(admin(st, &["pause", "postgres:orders", "--json"]), 0).json(),
+        ok(0)
+    );
+    assert_eq!(
+        exits(admin(st, &["stats", "postgres:orders", "--json"]), 0).json()["paused"],
+        true
+    );
+    let resumed = exits(admin(st, &["resume", "postgres:orders"]), 0);
+    assert!(
+        resumed.stdout.contains("resumed postgres:orders"),
+        "{resumed:?}"
+    );
+    assert!(!p.is_paused().await.unwrap());
+    assert!(
+        !r.is_paused().await.unwrap(),
+        "the other store's queue of that name is untouched"
+    );
+
+    // run-now: the tick is due now on the store's clock.
+    assert_eq!(
+        exits(
+            admin(
+                st,
+                &["run-now", "postgres:orders", "nightly-report", "--json"]
+            ),
+            0
+        )
+        .json(),
+        ok(1)
+    );
+    let tick = p.entry("nightly-report").await.unwrap().unwrap();
+    let now = p.now().await.unwrap();
+    assert!(tick.due <= now, "{:?} > {now:?}", tick.due);
+    exits(admin(st, &["run-now", "postgres:orders", "nope"]), 1);
+
+    // unschedule
+    assert_eq!(
+        exits(
+            admin(st, &["unschedule", "redis:orders", "cleanup", "--json"]),
+            0
+        )
+        .json(),
+        ok(1)
+    );
+    assert!(
+        r.schedules()
+            .await
+            .unwrap()
+            .iter()
+            .all(|s| s.name != "cleanup")
+    );
+    assert_eq!(
+        p.schedules().await.unwrap().len(),
+        2,
+        "postgres:orders keeps its own"
+    );
+    exits(admin(st, &["unschedule", "redis:orders", "cleanup"]), 1);
+    let e = exits(admin(st, &["unschedule", "orders", "cleanup", "--json"]), 2).json();
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("redis:orders or postgres:orders")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_arguments_and_unreachable_stores_exit_2() {
+    let none: Vec<String> = Vec::new();
+    let help = exits(admin(&none, &["--help"]), 0);
+    assert!(
+        help.stdout.contains("run-now") && help.stdout.contains("--postgres"),
+        "{help:?}"
+    );
+    exits(admin(&none, &["queues"]), 2);
+    exits(
+        admin(
+            &["--redis".into(), "redis://127.0.0.1:1/".into()],
+            &["frobnicate"],
+        ),
+        2,
+    );
+    let schema_first = exits(
+        admin(
+            &[
+                "--schema".into(),
+                "s".into(),
+                "--postgres".into(),
+                "postgres://x/".into(),
+            ],
+            &["queues"],
+        ),
+        2,
+    );
+    assert!(schema_first.stderr.contains("--schema"), "{schema_first:?}");
+    // Port 1: nothing listens there.
+    let down = exits(
+        admin(
+            &["--redis".into(), "redis://127.0.0.1:1/".into()],
+            &["queues", "--json"],
+        ),
+        2,
+    );
+    assert!(
+        down.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("127.0.0.1:1"),
+        "{down:?}"
+    );
+    exits(
+        admin(
+            &[
+                "--postgres".into(),
+                "postgres://postgres@127.0.0.1:1/x".into(),
+            ],
+            &["stats", "q"],
+        ),
+        2,
+    );
+    // serve refuses an address others can reach without a token or read-only.
+    let public = exits(
+        admin(
+            &["--redis".into(), "redis://127.0.0.1:1/".into()],
+            &["serve", "--bind", "0.0.0.0:0"],
+        ),
+        2,
+    );
+    assert!(
+        public.stderr.contains("--token or --read-only"),
+        "{public:?}"
+    );
+}
+
+/// `rediss://` and `sslmode=verify-full`: the binary is built with both TLS
+/// features. The servers offer TLS (PostgreSQL: only TLS) with a
+/// certificate of a throwaway CA, which the binary trusts through
+/// `SSL_CERT_FILE` (Redis) and `sslrootcert` (PostgreSQL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_urls_work() {
+    let dir = std::env::temp_dir().join(format!("punctual-admin-tls-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let pki = tls::Pki::new(&dir);
+    pki.server_cert("localhost", "DNS:localhost,IP:127.0.0.1", "trusted-ca");
+    let (redis, tls_port) = block_in_place(|| {
+        RedisServer::start_with_port_args(|port| pki.server_args("localhost", port))
+    });
+    // Seeded through the plain port, which stays open.
+    redis_queue(&redis.url(), "secure")
+        .await
+        .insert(&json!(1), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let pg = block_in_place(|| {
+        pg_server::PgServer::start_with(|data| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::copy(pki.path("localhost.crt"), data.join("server.crt")).unwrap();
+            std::fs::copy(pki.path("localhost.key"), data.join("server.key")).unwrap();
+            std::fs::set_permissions(
+                data.join("server.key"),
+                std::fs::Permissions::from_mode(0o600),
+            )
+            .unwrap();
+            let mut conf = std::fs::read_to_string(data.join("postgresql.conf")).unwrap();
+            conf.push_str(
+                "\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n",
+            );
+            std::fs::write(data.join("postgresql.conf"), conf).unwrap();
+            std::fs::write(
+                data.join("pg_hba.conf"),
+                "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n",
+            )
+            .unwrap();
+        })
+    });
+    let pg_url = format!(
+        "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}",
+        pg.port(),
+        pki.path("trusted-ca.crt")
+    );
+    pg_queue(&pg_url, "secure")
+        .await
+        .insert(&json!(2), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let stores = vec![
+        "--redis".into(),
+        format!("rediss://localhost:{tls_port}/"),
+        "--postgres".into(),
+        pg_url.clone(),
+    ];
+    let ca = pki.path("trusted-ca.crt");
+    let run = admin_env(&stores, &["queues", "--json"], &[("SSL_CERT_FILE", &ca)]);
+    let all = exits(run, 0).json();
+    assert_eq!(
+        all.as_array()
+            .unwrap()
+            .iter()
+            .map(|q| (q["store"].clone(), q["pending"].clone()))
+            .collect::<Vec<_>>(),
+        [(json!("redis"), json!(1)), (json!("postgres"), json!(1))]
+    );
+    // Without the CA, neither certificate is trusted: a store error.
+    exits(admin(&stores[..2], &["queues"]), 2);
+    drop(pg);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,217 @@
+//! What the admin tests share: the repository's server helpers (a
+//! throwaway `redis-server`, this binary's PostgreSQL database), queues
+//! seeded with entries in every state, and polling.
+
+#![allow(dead_code)]
+
+#[path = "../../../tests/common/pg.rs"]
+pub mod pg;
+#[path = "../../../tests/common/redis_server.rs"]
+pub mod redis_server;
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use punctual::MissedTicks;
+use punctual::durable::{Durable, Outcome, QueueStats, Worker};
+use punctual::postgres::PgQueue;
+use punctual::redis::RedisQueue;
+use serde_json::{Value, json};
+
+/// Leases of the seeded queues: long enough that the held entry stays
+/// leased through any test.
+pub const LEASE: Duration = Duration::from_secs(3600);
+
+/// Pending entries a seeded queue holds besides its retries and ticks.
+pub const ORDERS: usize = 120;
+
+pub async fn redis_queue(url: &str, name: &str) -> RedisQueue<Value> {
+    RedisQueue::builder(name)
+        .url(url)
+        .lease(LEASE)
+        .build()
+        .await
+        .expect("the test's Redis answers")
+}
+
+pub async fn pg_queue(url: &str, name: &str) -> PgQueue<Value> {
+    pg_queue_in(url, "punctual", name).await
+}
+
+/// Queue `name` in `schema`: tests that share this binary's database keep
+/// apart in schemas of their own.
+pub async fn pg_queue_in(url: &str, schema: &str, name: &str) -> PgQueue<Value> {
+    PgQueue::builder(name)
+        .url(url)
+        .schema(schema)
+        .lease(LEASE)
+        .build()
+        .await
+        .expect("the test's PostgreSQL answers")
+}
+
+/// What a seeded queue holds: 3 dead letters (`dead-1`..`dead-3`, each
+/// with its reason), 2 retries waiting (`retry-1`, `retry-2`, attempt 1),
+/// 1 entry leased (`leased-1`, held by the test through `Held`), 2 due
+/// (`due-1`, `due-2`), [`ORDERS`] pending orders (`order-001`... due every
+/// 30 s from 4.5 minutes from now), and 2 schedules (`nightly-report` every hour,
+/// `cleanup` every 5 minutes by cron).
+pub const SEEDED: QueueStats = QueueStats {
+    pending: ORDERS as u64 + 2 + 2,
+    due: 2,
+    leased: 1,
+    dead: 3,
+};
+
+/// A leased entry, held so that it stays leased.
+pub enum Held {
+    Redis(punctual::redis::Delivery<Value>),
+    Postgres(punctual::postgres::Delivery<Value>),
+}
+
+pub async fn seed_redis(queue: &RedisQueue<Value>) -> Held {
+    failures(queue).await;
+    queue
+        .insert_with_id(
+            "leased-1",
+            &json!({"order": 7, "step": "charge"}),
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    let held = queue.try_take().await.unwrap().expect("leased-1 is due");
+    assert_eq!(held.id(), "leased-1");
+    rest(queue).await;
+    Held::Redis(held)
+}
+
+pub async fn seed_pg(queue: &PgQueue<Value>) -> Held {
+    failures(queue).await;
+    queue
+        .insert_with_id(
+            "leased-1",
+            &json!({"order": 7, "step": "charge"}),
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    let held = queue.try_take().await.unwrap().expect("leased-1 is due");
+    assert_eq!(held.id(), "leased-1");
+    rest(queue).await;
+    Held::Postgres(held)
+}
+
+/// Dead letters and retries, made the way an application makes them: a
+/// worker whose handler gives up on some jobs and retries others.
+async fn failures<Q>(queue: &Q)
+where
+    Q: Durable<Item = Value>,
+    Q::Error: Debug,
+{
+    let reasons = [
+        "card declined (issuer code 51)",
+        "address not found: 221B Baker Street",
+        "payload schema v3 not supported",
+    ];
+    for (i, reason) in reasons.iter().enumerate() {
+        queue
+            .insert_with_id(
+                &format!("dead-{}", i + 1),
+                &json!({"order": 100 + i, "fail": reason}),
+                Duration::ZERO,
+            )
+            .await
+            .unwrap();
+    }
+    for (i, minutes) in [7_u64, 23].iter().enumerate() {
+        queue
+            .insert_with_id(
+                &format!("retry-{}", i + 1),
+                &json!({"email": format!("user{}@example.com", i + 1), "retry_in_min": minutes}),
+                Duration::ZERO,
+            )
+            .await
+            .unwrap();
+    }
+    let worker = Worker::builder(queue.clone()).spawn(|job| async move {
+        let value = job.value();
+        if let Some(reason) = value["fail"].as_str() {
+            Outcome::discard(reason)
+        } else {
+            let minutes = value["retry_in_min"].as_u64().unwrap_or(10);
+            Outcome::retry_after(
+                "smtp 421: mailbox busy, try later",
+                Duration::from_secs(minutes * 60),
+            )
+        }
+    });
+    eventually("the worker fails its jobs", || async {
+        let s = queue.stats().await.unwrap();
+        s.dead == 3 && s.pending == 2 && s.due == 0 && s.leased == 0
+    })
+    .await;
+    worker.shutdown(Duration::from_secs(5)).await;
+}
+
+async fn rest<Q>(queue: &Q)
+where
+    Q: Durable<Item = Value>,
+    Q::Error: Debug,
+{
+    for i in 1..=2 {
+        queue
+            .insert_with_id(
+                &format!("due-{i}"),
+                &json!({"order": 200 + i, "step": "ship"}),
+                Duration::ZERO,
+            )
+            .await
+            .unwrap();
+    }
+    let orders: Vec<(Value, Duration)> = (1..=ORDERS)
+        .map(|i| {
+            (
+                json!({"order": i, "total_cents": 1000 + 37 * i, "currency": "EUR"}),
+                Duration::from_secs(240 + 30 * i as u64),
+            )
+        })
+        .collect();
+    // Ids of our own so the tests can name them: order-001, ...
+    for (i, (value, delay)) in orders.iter().enumerate() {
+        queue
+            .insert_with_id(&format!("order-{:03}", i + 1), value, *delay)
+            .await
+            .unwrap();
+    }
+    queue
+        .schedule_every(
+            "nightly-report",
+            Duration::from_secs(3600),
+            MissedTicks::Skip,
+            &json!({"report": "nightly"}),
+        )
+        .await
+        .unwrap();
+    queue
+        .schedule_cron("cleanup", "*/5 * * * *", &json!({"task": "cleanup"}))
+        .await
+        .unwrap();
+    let stats = queue.stats().await.unwrap();
+    assert_eq!(stats, SEEDED, "seeded");
+}
+
+/// Polls `check` every 20 ms until it holds; panics after 15 s.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
