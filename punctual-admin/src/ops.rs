@@ -3,8 +3,10 @@
 //!
 //! Ground rules of its shared state:
 //! - `found` (the queues each store holds) is read again once it is older
-//!   than the policy's `discovery_ttl`; its async mutex makes concurrent
-//!   callers share one read.
+//!   than the policy's `discovery_ttl` (or a few seconds after a store
+//!   could not be listed); its async mutex makes concurrent callers share
+//!   one read, except the second look at a failed store, which one task
+//!   (the `relisting` flag) makes without holding it.
 //! - `snapshots` and `timelines` keep one slot per queue, each behind its
 //!   own async mutex: the first caller to find a slot stale reads the
 //!   store while the others wait for its answer, so however many people
@@ -111,6 +113,11 @@ impl Found {
         })
     }
 
+    /// Whether a store could not be listed.
+    fn failed(&self) -> bool {
+        self.stores.iter().any(Result::is_err)
+    }
+
     fn holders(&self, name: &str) -> Vec<QueueId> {
         self.ids().filter(|id| id.name == name).collect()
     }
@@ -149,6 +156,8 @@ pub(crate) struct Ops {
     sources: Vec<Source>,
     policy: Policy,
     found: tokio::sync::Mutex<Option<Arc<Found>>>,
+    /// A task is listing the stores again after one failed.
+    relisting: std::sync::atomic::AtomicBool,
     handles: Mutex<HashMap<QueueId, Arc<OnceCell<Handle>>>>,
     snapshots: Slots<Snapshot>,
     timelines: Slots<Timeline>,
@@ -179,6 +188,7 @@ impl Ops {
             sources,
             policy,
             found: tokio::sync::Mutex::new(None),
+            relisting: std::sync::atomic::AtomicBool::new(false),
             handles: Mutex::new(HashMap::new()),
             snapshots: Slots::default(),
             timelines: Slots::default(),
@@ -207,9 +217,36 @@ impl Ops {
     }
 
     /// The queues each store holds, read again when older than the policy
-    /// allows.
-    pub(crate) async fn found(&self) -> Arc<Found> {
-        self.found_within(self.policy.discovery_ttl).await
+    /// allows, or after [`RECHECK_AFTER`] when a store could not be listed
+    /// (so that a store that comes back is seen within seconds, not at the
+    /// next `discovery_ttl`). With `background`, that second look is one
+    /// task's while everyone is answered with what failed: a store that
+    /// hangs holds up no page.
+    pub(crate) async fn found(self: &Arc<Self>) -> Arc<Found> {
+        let ttl = self.policy.discovery_ttl;
+        {
+            let found = self.found.lock().await;
+            if let Some(f) = &*found {
+                let age = f.at.elapsed();
+                if age < ttl && (!f.failed() || age < RECHECK_AFTER) {
+                    return f.clone();
+                }
+                if age < ttl && self.policy.background {
+                    if !self.relisting.swap(true, Ordering::AcqRel) {
+                        let ops = self.clone();
+                        tokio::spawn(async move {
+                            // Listed without the lock held: a page that
+                            // wants the list meanwhile gets the old one.
+                            let fresh = Arc::new(ops.list().await);
+                            *ops.found.lock().await = Some(fresh);
+                            ops.relisting.store(false, Ordering::Release);
+                        });
+                    }
+                    return f.clone();
+                }
+            }
+        }
+        self.found_within(RECHECK_AFTER.min(ttl)).await
     }
 
     async fn found_within(&self, max_age: Duration) -> Arc<Found> {
@@ -219,16 +256,21 @@ impl Ops {
                 return f.clone();
             }
         }
+        let fresh = Arc::new(self.list().await);
+        *found = Some(fresh.clone());
+        fresh
+    }
+
+    /// Asks every store for its queues.
+    async fn list(&self) -> Found {
         let mut stores = Vec::with_capacity(self.sources.len());
         for source in &self.sources {
             stores.push(source.names().await);
         }
-        let fresh = Arc::new(Found {
+        Found {
             at: Instant::now(),
             stores,
-        });
-        *found = Some(fresh.clone());
-        fresh
+        }
     }
 
     /// The name of `id` as a face writes it: plain, or `kind:name` when
@@ -242,7 +284,7 @@ impl Ops {
     }
 
     /// The queue that `q` (`name` or `kind:name`) names.
-    pub(crate) async fn resolve(&self, q: &str) -> Result<QueueId, OpError> {
+    pub(crate) async fn resolve(self: &Arc<Self>, q: &str) -> Result<QueueId, OpError> {
         let found = self.found().await;
         match self.lookup(&found, q) {
             Err(OpError::NotFound(_)) if found.at.elapsed() >= RECHECK_AFTER => {

@@ -104,15 +104,17 @@ impl Source {
         }
     }
 
-    /// The names of the store's queues, sorted.
+    /// The names of the store's queues, sorted; an error names the store.
     pub(crate) async fn names(&self) -> Result<Vec<String>, OpError> {
         match self {
             Source::Redis { url } => bounded(punctual::redis::queue_names(url))
-                .await?
+                .await
+                .and_then(|r| r.map_err(|e| OpError::Store(e.to_string())))
                 .map_err(|e| OpError::Store(format!("{}: {e}", redact(url)))),
             Source::Postgres { url, schema, .. } => {
                 bounded(punctual::postgres::queue_names(url, schema))
-                    .await?
+                    .await
+                    .and_then(|r| r.map_err(|e| OpError::Store(e.to_string())))
                     .map_err(|e| OpError::Store(format!("{}: {e}", redact(url))))
             }
             Source::Memory { queues } => {

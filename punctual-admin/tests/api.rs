@@ -790,3 +790,53 @@ async fn metrics_nesting_and_one_read_for_many_viewers() {
     );
     assert!(reads_after >= 3, "the counts were read at all");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_comes_back_is_seen_again_within_seconds() {
+    let mut redis = RedisServer::start();
+    redis_queue(&redis.url(), "jobs")
+        .await
+        .insert(&json!({"n": 1}), Duration::from_secs(600))
+        .await
+        .unwrap();
+    redis.kill();
+    let app = Dashboard::builder().redis(&redis.url()).router();
+
+    // Down: the pages and the API say so, at once, without a stack trace.
+    let overview = get(&app, "/").await;
+    status(&overview, StatusCode::OK);
+    assert!(
+        overview.body.contains("Could not list"),
+        "{}",
+        overview.body
+    );
+    let queue = get(&app, "/api/queues/jobs").await;
+    status(&queue, StatusCode::BAD_GATEWAY);
+    assert!(queue.json()["error"].is_string());
+
+    // Back: seen again within a few seconds, not when the list of queues
+    // (read every 30 s) is next read.
+    redis.restart();
+    let back = tokio::time::Instant::now();
+    loop {
+        let a = get(&app, "/api/queues/jobs").await;
+        if a.status == StatusCode::OK {
+            assert_eq!(a.json()["pending"], 1);
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(8),
+            "still {} {} after {:?}",
+            a.status,
+            a.body,
+            back.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let overview = get(&app, "/").await;
+    assert!(
+        !overview.body.contains("Could not list"),
+        "{}",
+        overview.body
+    );
+}

@@ -61,13 +61,10 @@ pub(crate) async fn run(
     // first page.
     let found = dashboard.shared.ops.found().await;
     let mut queues = 0;
-    for (source, names) in dashboard.shared.ops.sources().iter().zip(&found.stores) {
+    for names in &found.stores {
         match names {
             Ok(names) => queues += names.len(),
-            Err(e) => eprintln!(
-                "punctual-admin: warning: cannot list {}: {e}",
-                source.describe()
-            ),
+            Err(e) => eprintln!("punctual-admin: warning: cannot list the queues of {e}"),
         }
     }
     let mut router = dashboard.router();

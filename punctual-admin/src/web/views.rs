@@ -238,8 +238,8 @@ pub(crate) fn overview(
                 (fmt::absolute(started))
             }
         }
-        @for (store, e) in failed {
-            div.error role="alert" { "Could not list " (store) ": " (e.message()) }
+        @for (_, e) in failed {
+            div.error role="alert" { "Could not list the queues of " (e.message()) }
         }
         @if listed.is_empty() && failed.is_empty() {
             div.card.empty { "No queue on the stores given yet: a queue appears once it holds an entry or a schedule." }
