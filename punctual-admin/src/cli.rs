@@ -17,6 +17,7 @@ use crate::fmt;
 use crate::json::{EntryJson, ErrorJson, PageJson, QueueJson, ScheduleJson, WriteJson, rfc3339};
 use crate::ops::{DEFAULT_LIMIT, Ops, Policy, Requeue, parse_state, wall_clock};
 use crate::store::Source;
+use punctual::durable::EntryState;
 
 /// Looks into and acts on punctual's durable queues in Redis and PostgreSQL:
 /// a web dashboard (`serve`) and the same operations as commands.
@@ -280,8 +281,12 @@ async fn execute(command: Command, sources: Vec<Source>) -> ExitCode {
         | Command::Unschedule { out, .. } => out.json,
     };
     match command_output(&ops, command, json).await {
-        Ok(text) => {
+        Ok(text) if json => {
             println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Ok(text) => {
+            println!("{}", printable(&text));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -384,9 +389,14 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
                 to_json(&PageJson::of(&page))
             } else {
                 let now = wall_clock();
+                let when = match state {
+                    EntryState::Pending | EntryState::Due => "DUE",
+                    EntryState::Leased => "LEASE UNTIL",
+                    EntryState::Dead => "DIED",
+                };
                 let mut rows = vec![row(&[
                     "ID",
-                    "DUE",
+                    when,
                     "ATTEMPT",
                     "SCHEDULE",
                     "LAST ERROR",
@@ -395,10 +405,10 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
                 for e in &page.entries {
                     let when = e.lease_until.or(e.died_at).unwrap_or(e.due);
                     rows.push(vec![
-                        e.id.clone(),
+                        printable(&e.id),
                         format!("{} ({})", rfc3339(when), fmt::relative(when, now)),
                         e.attempt.to_string(),
-                        e.schedule.clone().unwrap_or_else(|| "-".into()),
+                        printable(e.schedule.as_deref().unwrap_or("-")),
                         clip(e.last_error.as_deref().unwrap_or("-"), 40),
                         clip(
                             &e.value
@@ -510,7 +520,7 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
                 let mut rows = vec![row(&["NAME", "SPEC", "NEXT", "VALUE"])];
                 for s in &schedules {
                     rows.push(vec![
-                        s.name.clone(),
+                        printable(&s.name),
                         s.spec.clone(),
                         s.next.map_or("running now".into(), |at| {
                             format!("{} ({})", rfc3339(at), fmt::relative(at, now))
@@ -543,13 +553,29 @@ fn to_json<T: Serialize>(value: &T) -> String {
     serde_json::to_string_pretty(value).expect("plain data serializes")
 }
 
+/// `text` with its control characters written as escapes (`\u{1b}`),
+/// line breaks and tabs apart: what an entry's id, a schedule's name or a
+/// handler's error holds must not drive the terminal it is printed on.
+fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn row(cells: &[&str]) -> Vec<String> {
     cells.iter().map(|c| (*c).to_owned()).collect()
 }
 
-/// `text` cut to `max` characters (an ellipsis marks the cut), on one line.
+/// `text` cut to `max` characters (an ellipsis marks the cut), on one line,
+/// [`printable`].
 fn clip(text: &str, max: usize) -> String {
-    let one_line = text.replace(['\n', '\r', '\t'], " ");
+    let one_line = printable(&text.replace(['\n', '\r', '\t'], " "));
     if one_line.chars().count() <= max {
         one_line
     } else {

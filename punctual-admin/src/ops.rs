@@ -465,6 +465,12 @@ impl Ops {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Page<Value>, OpError> {
+        if limit == 0 {
+            // The store would answer an empty page, which reads as "none".
+            return Err(OpError::Invalid(format!(
+                "limit 0: a page holds 1 to {MAX_PAGE} entries"
+            )));
+        }
         let cursor = cursor.map(parse_cursor).transpose()?;
         self.handle(id)
             .await?

@@ -687,3 +687,80 @@ async fn tls_urls_work() {
     drop(pg);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What an entry's id, a schedule's name or a handler's error holds is
+/// printed for people without its control characters (an escape sequence
+/// in a last error must not drive the operator's terminal), under a
+/// heading that says which time it is; a page of no entries is refused
+/// rather than answered as "no entries".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_text_is_printed_harmlessly_and_limit_0_is_refused() {
+    use punctual::durable::{Outcome, Worker};
+    let redis = RedisServer::start_in_memory();
+    let stores = vec!["--redis".to_owned(), redis.url()];
+    let q = redis_queue(&redis.url(), "hostile").await;
+    q.insert_with_id(
+        "boom",
+        &json!({"fail": "\u{1b}]0;pwned\u{7}\u{1b}[2Jdeclined"}),
+        Duration::ZERO,
+    )
+    .await
+    .unwrap();
+    let worker = Worker::builder(q.clone()).spawn(|job| async move {
+        Outcome::discard(job.value()["fail"].as_str().unwrap().to_owned())
+    });
+    common::eventually("boom dies", || async { q.stats().await.unwrap().dead == 1 }).await;
+    worker.shutdown(Duration::from_secs(5)).await;
+    q.insert_with_id("id\u{1b}[31mred", &json!(1), Duration::from_secs(600))
+        .await
+        .unwrap();
+    q.schedule_every(
+        "tick\u{1b}[2J",
+        Duration::from_secs(3600),
+        punctual::MissedTicks::Skip,
+        &json!(2),
+    )
+    .await
+    .unwrap();
+
+    for args in [
+        &["entries", "hostile", "--state", "dead"][..],
+        &["entries", "hostile", "--state", "pending"],
+        &["show", "hostile", "boom"],
+        &["show", "hostile", "id\u{1b}[31mred"],
+        &["schedules", "hostile"],
+    ] {
+        let run = exits(admin(&stores, args), 0);
+        assert!(
+            !run.stdout.contains(['\u{1b}', '\u{7}']),
+            "{args:?} prints a control character: {run:?}"
+        );
+    }
+    let dead = exits(
+        admin(&stores, &["entries", "hostile", "--state", "dead"]),
+        0,
+    );
+    assert!(
+        dead.stdout.starts_with("ID")
+            && dead.stdout.contains("DIED")
+            && dead.stdout.contains("declined"),
+        "{dead:?}"
+    );
+    // --json keeps the text as it is (JSON escapes it).
+    let json = exits(admin(&stores, &["show", "hostile", "boom", "--json"]), 0).json();
+    assert!(json["last_error"].as_str().unwrap().contains('\u{1b}'));
+
+    let zero = exits(
+        admin(
+            &stores,
+            &[
+                "entries", "hostile", "--state", "pending", "--limit", "0", "--json",
+            ],
+        ),
+        2,
+    );
+    assert!(
+        zero.json()["error"].as_str().unwrap().contains("limit"),
+        "{zero:?}"
+    );
+}
