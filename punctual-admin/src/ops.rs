@@ -274,9 +274,15 @@ impl Ops {
     }
 
     /// The name of `id` as a face writes it: plain, or `kind:name` when
-    /// several stores hold that name.
+    /// several stores hold that name or when the name itself reads as
+    /// `kind:rest` (a queue named `redis:jobs` written plain would name
+    /// the Redis queue `jobs`).
     pub(crate) fn label(&self, found: &Found, id: &QueueId) -> String {
-        if found.holders(&id.name).len() > 1 {
+        let looks_qualified = id
+            .name
+            .split_once(':')
+            .is_some_and(|(kind, _)| Kind::parse(kind).is_some());
+        if looks_qualified || found.holders(&id.name).len() > 1 {
             format!("{}:{}", self.kind(id), id.name)
         } else {
             id.name.clone()

@@ -840,3 +840,56 @@ async fn a_store_that_comes_back_is_seen_again_within_seconds() {
         overview.body
     );
 }
+
+/// A queue whose own name reads as `store:NAME` is linked by its
+/// qualified name, so its page and buttons act on it, not on NAME of that
+/// store; and what the pages and the API refuse is refused clearly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_that_look_qualified_and_bad_arguments() {
+    let redis = RedisServer::start_in_memory();
+    redis_queue(&redis.url(), "orders")
+        .await
+        .insert(&json!({"n": 1}), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let lookalike: MemoryQueue<Value> = MemoryQueue::new("redis:orders");
+    for _ in 0..2 {
+        lookalike
+            .insert(&json!({"n": 2}), Duration::from_secs(600))
+            .await
+            .unwrap();
+    }
+    let app = Dashboard::builder()
+        .redis(&redis.url())
+        .memory(lookalike)
+        .router();
+
+    let overview = get(&app, "/").await;
+    status(&overview, StatusCode::OK);
+    assert!(
+        overview
+            .body
+            .contains(r#"href="/queues/memory:redis:orders""#),
+        "{}",
+        overview.body
+    );
+    let page = get(&app, "/queues/memory:redis:orders").await;
+    status(&page, StatusCode::OK);
+    assert!(
+        page.body
+            .contains(r#"action="/queues/memory:redis:orders/pause""#)
+    );
+    assert_eq!(
+        get(&app, "/api/queues/memory:redis:orders").await.json()["pending"],
+        2
+    );
+    assert_eq!(
+        get(&app, "/api/queues/redis:orders").await.json()["pending"],
+        1
+    );
+
+    // A page of no entries is no answer.
+    let zero = get(&app, "/api/queues/orders/entries?state=pending&limit=0").await;
+    status(&zero, StatusCode::BAD_REQUEST);
+    assert!(zero.json()["error"].as_str().unwrap().contains("limit"));
+}
