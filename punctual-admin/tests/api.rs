@@ -893,3 +893,53 @@ async fn names_that_look_qualified_and_bad_arguments() {
     status(&zero, StatusCode::BAD_REQUEST);
     assert!(zero.json()["error"].as_str().unwrap().contains("limit"));
 }
+
+/// Each sample of `/metrics` comes under its own family's `# TYPE` line,
+/// as the text format (and OpenMetrics parsers) want.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_samples_follow_their_own_type_line() {
+    let app = Dashboard::builder()
+        .memory(MemoryQueue::new("jobs"))
+        .router();
+    let text = get(&app, "/metrics").await.body;
+    let mut family = "";
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            family = rest.split(' ').next().unwrap();
+        } else if !line.starts_with('#') {
+            let name = line.split(['{', ' ']).next().unwrap();
+            assert_eq!(name, family, "{line} under the TYPE of {family} in\n{text}");
+        }
+    }
+}
+
+/// After a button, the browser goes back within the dashboard only: a
+/// `back` that a browser would read as another host (it drops tabs and
+/// line breaks from URLs) is not followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_button_sends_the_browser_back_within_the_dashboard_only() {
+    let app = Dashboard::builder()
+        .memory(MemoryQueue::new("jobs"))
+        .router();
+    let form = [
+        ("origin", ORIGIN),
+        ("content-type", "application/x-www-form-urlencoded"),
+    ];
+    for back in [
+        "%2F%09%2Fevil.example",
+        "%2F%0A%2Fevil.example",
+        "%2F%5Cevil.example",
+    ] {
+        let a = call(
+            &app,
+            "POST",
+            "/queues/jobs/pause",
+            &form,
+            &format!("back={back}"),
+        )
+        .await;
+        status(&a, StatusCode::SEE_OTHER);
+        let to = a.headers[header::LOCATION].to_str().unwrap();
+        assert!(to.starts_with("/queues/jobs?done="), "{back} -> {to:?}");
+    }
+}

@@ -65,6 +65,8 @@ pub(crate) async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
         "# HELP punctual_admin_read_errors Queues and stores punctual-admin could not read on this scrape.\n\
          # TYPE punctual_admin_read_errors gauge\n",
     );
+    let errors = failed.len() + listed.iter().filter(|l| l.snapshot.is_err()).count();
+    let _ = writeln!(out, "punctual_admin_read_errors {errors}");
     out.push_str(
         "# HELP punctual_admin_stats_reads_total Reads of a queue's counts (with its clock and paused flag) punctual-admin made: at most one per queue every few seconds.\n\
          # TYPE punctual_admin_stats_reads_total counter\n",
@@ -74,8 +76,6 @@ pub(crate) async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
         "punctual_admin_stats_reads_total {}",
         shared.ops.stats_reads()
     );
-    let errors = failed.len() + listed.iter().filter(|l| l.snapshot.is_err()).count();
-    let _ = writeln!(out, "punctual_admin_read_errors {errors}");
     (
         [(
             header::CONTENT_TYPE,

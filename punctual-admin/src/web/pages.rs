@@ -226,7 +226,14 @@ where
             let back = action
                 .back
                 .as_deref()
-                .filter(|b| b.starts_with('/') && !b.starts_with("//") && !b.contains('\\'))
+                .filter(|b| {
+                    // Browsers drop tabs and line breaks from a URL and read
+                    // `\` as `/`: `/<tab>/evil.example` would leave.
+                    b.starts_with('/')
+                        && !b.starts_with("//")
+                        && !b.contains('\\')
+                        && !b.contains(char::is_control)
+                })
                 .map_or_else(|| format!("/queues/{}", enc(q)), str::to_owned);
             let join = if back.contains('?') { '&' } else { '?' };
             Redirect::to(&format!("{}{back}{join}done={}", base.0, enc(&done))).into_response()
