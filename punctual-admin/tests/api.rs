@@ -943,3 +943,34 @@ async fn a_button_sends_the_browser_back_within_the_dashboard_only() {
         assert!(to.starts_with("/queues/jobs?done="), "{back} -> {to:?}");
     }
 }
+
+/// A path or query the dashboard cannot read is answered in the face's
+/// own shape: `{"error"}` under `/api/`, a page elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_paths_and_queries_are_answered_in_kind() {
+    let app = Dashboard::builder()
+        .memory(MemoryQueue::new("jobs"))
+        .router();
+    for uri in ["/api/queues/%FF", "/api/queues/jobs/entries/%FF"] {
+        let a = get(&app, uri).await;
+        status(&a, StatusCode::BAD_REQUEST);
+        assert!(a.json()["error"].is_string(), "{uri}: {}", a.body);
+    }
+    for uri in [
+        "/queues/%FF",
+        "/queues/jobs/entries/%FF",
+        "/queues/jobs?refresh=-1",
+        "/queues/jobs/entries?state=pending&limit=abc",
+    ] {
+        let a = get(&app, uri).await;
+        status(&a, StatusCode::BAD_REQUEST);
+        assert!(
+            a.headers[header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html"),
+            "{uri}: {}",
+            a.body
+        );
+    }
+}

@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 
-use super::Shared;
 use super::pages::status_of;
+use super::{Segments, Shared};
 use crate::error::OpError;
 use crate::json::{EntryJson, ErrorJson, PageJson, QueueJson, ScheduleJson, WriteJson};
 use crate::ops::{DEFAULT_LIMIT, QueueId, Requeue, parse_state};
@@ -68,7 +68,7 @@ async fn queues(State(shared): State<Arc<Shared>>) -> Response {
     })())
 }
 
-async fn stats(State(shared): State<Arc<Shared>>, Path(q): Path<String>) -> Response {
+async fn stats(State(shared): State<Arc<Shared>>, Segments(q): Segments<String>) -> Response {
     answer(
         shared
             .ops
@@ -87,7 +87,7 @@ struct EntriesQuery {
 
 async fn entries(
     State(shared): State<Arc<Shared>>,
-    Path(q): Path<String>,
+    Segments(q): Segments<String>,
     query: Result<Query<EntriesQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Ok(Query(query)) = query else {
@@ -118,7 +118,7 @@ async fn entries(
 
 async fn entry(
     State(shared): State<Arc<Shared>>,
-    Path((q, entry)): Path<(String, String)>,
+    Segments((q, entry)): Segments<(String, String)>,
 ) -> Response {
     answer(
         async {
@@ -129,7 +129,7 @@ async fn entry(
     )
 }
 
-async fn schedules(State(shared): State<Arc<Shared>>, Path(q): Path<String>) -> Response {
+async fn schedules(State(shared): State<Arc<Shared>>, Segments(q): Segments<String>) -> Response {
     answer(
         async {
             let id = shared.ops.resolve(&q).await?;
@@ -154,15 +154,15 @@ where
     )
 }
 
-async fn pause(State(shared): State<Arc<Shared>>, Path(q): Path<String>) -> Response {
+async fn pause(State(shared): State<Arc<Shared>>, Segments(q): Segments<String>) -> Response {
     write(&shared, &q, async |id| shared.ops.pause(id).await).await
 }
 
-async fn resume(State(shared): State<Arc<Shared>>, Path(q): Path<String>) -> Response {
+async fn resume(State(shared): State<Arc<Shared>>, Segments(q): Segments<String>) -> Response {
     write(&shared, &q, async |id| shared.ops.resume(id).await).await
 }
 
-async fn clear_dead(State(shared): State<Arc<Shared>>, Path(q): Path<String>) -> Response {
+async fn clear_dead(State(shared): State<Arc<Shared>>, Segments(q): Segments<String>) -> Response {
     write(&shared, &q, async |id| shared.ops.clear_dead(id).await).await
 }
 
@@ -177,7 +177,7 @@ struct RequeueBody {
 
 async fn requeue(
     State(shared): State<Arc<Shared>>,
-    Path(q): Path<String>,
+    Segments(q): Segments<String>,
     body: Bytes,
 ) -> Response {
     let what = match serde_json::from_slice::<RequeueBody>(&body) {
@@ -200,21 +200,21 @@ async fn requeue(
 
 async fn remove(
     State(shared): State<Arc<Shared>>,
-    Path((q, entry)): Path<(String, String)>,
+    Segments((q, entry)): Segments<(String, String)>,
 ) -> Response {
     write(&shared, &q, async |id| shared.ops.remove(id, &entry).await).await
 }
 
 async fn run_now(
     State(shared): State<Arc<Shared>>,
-    Path((q, name)): Path<(String, String)>,
+    Segments((q, name)): Segments<(String, String)>,
 ) -> Response {
     write(&shared, &q, async |id| shared.ops.run_now(id, &name).await).await
 }
 
 async fn unschedule(
     State(shared): State<Arc<Shared>>,
-    Path((q, name)): Path<(String, String)>,
+    Segments((q, name)): Segments<(String, String)>,
 ) -> Response {
     write(&shared, &q, async |id| {
         shared.ops.unschedule(id, &name).await

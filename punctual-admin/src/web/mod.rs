@@ -302,6 +302,59 @@ fn base_of(original: &str, inner: &str) -> String {
     String::new()
 }
 
+/// `axum`'s `Path`, refused in the face's own shape (`{"error"}` under
+/// `/api/`, a page elsewhere) rather than as plain text.
+#[derive(Debug)]
+pub(crate) struct Segments<T>(pub(crate) T);
+
+impl<S, T> FromRequestParts<S> for Segments<T>
+where
+    S: Send + Sync,
+    T: serde::de::DeserializeOwned + Send,
+{
+    type Rejection = axum::response::Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(Segments(value)),
+            Err(e) => Err(unreadable(parts, e.body_text()).await),
+        }
+    }
+}
+
+/// `axum`'s `Query`, refused as [`Segments`] is.
+#[derive(Debug)]
+pub(crate) struct Params<T>(pub(crate) T);
+
+impl<S, T> FromRequestParts<S> for Params<T>
+where
+    S: Send + Sync,
+    T: serde::de::DeserializeOwned + Send,
+{
+    type Rejection = axum::response::Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(Params(value)),
+            Err(e) => Err(unreadable(parts, e.body_text()).await),
+        }
+    }
+}
+
+/// A 400 for a request the dashboard cannot read, in the face's shape.
+async fn unreadable(parts: &mut Parts, why: String) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let error = crate::error::OpError::Invalid(why);
+    let path = parts.uri.path();
+    if path == "/api" || path.starts_with("/api/") {
+        return api::error(&error);
+    }
+    let Ok(base) = Base::from_request_parts(parts, &()).await;
+    let status = axum::http::StatusCode::BAD_REQUEST;
+    let ctx = views::Ctx::bare(&base);
+    (status, views::error_page(&ctx, status, error.message())).into_response()
+}
+
 /// A path segment or query value, percent-encoded (`:` kept, as in
 /// `redis:jobs`).
 pub(crate) fn enc(s: &str) -> String {

@@ -5,13 +5,13 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Form, Path, Query, State};
+use axum::extract::{Form, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::views::{self, Ctx, EntriesView, QueueView};
-use super::{Base, Shared, enc};
+use super::{Base, Params, Segments, Shared, enc};
 use crate::error::OpError;
 use crate::fmt;
 use crate::ops::{DEFAULT_LIMIT, MAX_PAGE, QueueId, Requeue, parse_state};
@@ -60,7 +60,7 @@ pub(crate) fn status_of(e: &OpError) -> StatusCode {
 pub(crate) async fn overview(
     State(shared): State<Arc<Shared>>,
     base: Base,
-    Query(view): Query<View>,
+    Params(view): Params<View>,
 ) -> Response {
     let here = if base.0.is_empty() {
         "/".to_owned()
@@ -95,8 +95,8 @@ pub(crate) async fn overview(
 pub(crate) async fn queue(
     State(shared): State<Arc<Shared>>,
     base: Base,
-    Path(q): Path<String>,
-    Query(view): Query<View>,
+    Segments(q): Segments<String>,
+    Params(view): Params<View>,
 ) -> Response {
     let mut ctx = ctx(&shared, &base, &view, String::new(), true);
     ctx.here = ctx.queue_url(&q);
@@ -128,8 +128,8 @@ async fn label(shared: &Shared, id: &QueueId) -> String {
 pub(crate) async fn entries(
     State(shared): State<Arc<Shared>>,
     base: Base,
-    Path(q): Path<String>,
-    Query(view): Query<View>,
+    Segments(q): Segments<String>,
+    Params(view): Params<View>,
 ) -> Response {
     let mut ctx = ctx(&shared, &base, &view, String::new(), false);
     let ops = &shared.ops;
@@ -170,8 +170,8 @@ pub(crate) async fn entries(
 pub(crate) async fn entry(
     State(shared): State<Arc<Shared>>,
     base: Base,
-    Path((q, entry)): Path<(String, String)>,
-    Query(view): Query<View>,
+    Segments((q, entry)): Segments<(String, String)>,
+    Params(view): Params<View>,
 ) -> Response {
     let ctx = ctx(&shared, &base, &view, String::new(), false);
     let ops = &shared.ops;
@@ -249,7 +249,7 @@ fn plural(n: u64, one: &str, many: &str) -> String {
 pub(crate) async fn pause(
     State(shared): State<Arc<Shared>>,
     base: Base,
-    Path(q): Path<String>,
+    Segments(q): Segments<String>,
     Form(action): Form<Action>,
 ) -> Response {
     let ops = shared.ops.clone();
@@ -268,7 +268,7 @@ pub(crate) async fn pause(
 pub(crate) async fn resume(
     State(shared): State<Arc<Shared>>,
     base: Base,
-    Path(q): Path<String>,
+    Segments(q): Segments<String>,
     Form(action): Form<Action>,
 ) -> Response {
     let ops = shared.ops.clone();
@@ -284,7 +284,7 @@ pub(crate) async fn resume(
 pub(crate) async fn clear_dead(
     State(shared): State<Arc<Shared>>,
     base: Base,
-    Path(q): Path<String>,
+    Segments(q): Segments<String>,
     Form(action): Form<Action>,
 ) -> Response {
     let ops = shared.ops.clone();
@@ -301,7 +301,7 @@ pub(crate) async fn clear_dead(
 pub(crate) async fn requeue(
     State(shared): State<Arc<Shared>>,
     base: Base,
-    Path(q): Path<String>,
+    Segments(q): Segments<String>,
     Form(action): Form<Action>,
 ) -> Response {
     let ops = shared.ops.clone();
@@ -330,7 +330,7 @@ pub(crate) async fn requeue(
 pub(crate) async fn remove(
     State(shared): State<Arc<Shared>>,
     base: Base,
-    Path((q, entry)): Path<(String, String)>,
+    Segments((q, entry)): Segments<(String, String)>,
     Form(action): Form<Action>,
 ) -> Response {
     let ops = shared.ops.clone();
@@ -344,7 +344,7 @@ pub(crate) async fn remove(
 pub(crate) async fn run_now(
     State(shared): State<Arc<Shared>>,
     base: Base,
-    Path((q, name)): Path<(String, String)>,
+    Segments((q, name)): Segments<(String, String)>,
     Form(action): Form<Action>,
 ) -> Response {
     let ops = shared.ops.clone();
@@ -360,7 +360,7 @@ pub(crate) async fn run_now(
 pub(crate) async fn unschedule(
     State(shared): State<Arc<Shared>>,
     base: Base,
-    Path((q, name)): Path<(String, String)>,
+    Segments((q, name)): Segments<(String, String)>,
     Form(action): Form<Action>,
 ) -> Response {
     let ops = shared.ops.clone();
