@@ -58,7 +58,7 @@
 //!    the consumers share, the worker (resp. the floor's consumers) running
 //!    from the start: lateness p50, p99 and the p99 of the jobs due after
 //!    the last insert, and the producer's inserts per second (see
-//!    `postgres/late.rs`).
+//!    `postgres/late.rs`; `PG_BENCH_RANDOM_SPREAD_MS` changes the 2 s).
 //!
 //! `cargo bench --features postgres --bench postgres` prints progress and a
 //! markdown table. `PG_BENCH_ONLY=drain` (or `lateness`, `insert`,

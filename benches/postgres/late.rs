@@ -100,9 +100,13 @@ fn late_of(seen: Vec<(u64, i64, i64)>, started_us: i64, inserted_us: i64, what: 
 }
 
 fn delays(run: usize) -> Vec<Duration> {
+    let spread = std::env::var("PG_BENCH_RANDOM_SPREAD_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(SPREAD_MS);
     let mut rng = Rng(0x0032_1A7E + run as u64);
     (0..N)
-        .map(|_| Duration::from_millis(rng.below(SPREAD_MS + 1)))
+        .map(|_| Duration::from_millis(rng.below(spread + 1)))
         .collect()
 }
 
