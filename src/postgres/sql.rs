@@ -7,7 +7,7 @@ use super::error::Error;
 
 /// The version of `sql/schema.sql`; `build()` installs it when the
 /// schema's `meta` table holds an older one.
-const VERSION: i32 = 5;
+const VERSION: i32 = 6;
 
 const SCHEMA: &str = include_str!("sql/schema.sql");
 
