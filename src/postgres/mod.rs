@@ -57,8 +57,10 @@
 //! Waiting consumers of one built handle (and its clones) share one waiter:
 //! the leader sleeps until the head's deadline as the database reported it,
 //! or until a notification (`LISTEN` on a channel of the queue, `NOTIFY`
-//! sent by inserts, resets, retries, requeues and shortened leases that make
-//! a new head) announces an earlier head, and asks again at least every
+//! sent by inserts, resets, retries, requeues and shortened leases due
+//! before the first entry not yet due: a due head may be leased by a
+//! claim running beside the write, whose consumer cannot see the write)
+//! announces an earlier head, and asks again at least every
 //! `poll_interval`. An idle queue costs one query per `poll_interval` per
 //! built handle, and one connection of the pool held for `LISTEN` while
 //! consumers wait. A due entry whose row another transaction holds locked
