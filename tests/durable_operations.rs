@@ -61,12 +61,10 @@ common::stores::on_every_store! {
             let removed = removed.clone();
             let churning = Arc::clone(&churning);
             async move {
-                let mut n = 0u64;
-                for id in removed {
+                for (n, id) in (0u64..).zip(removed) {
                     assert!(q.remove(&id).await.unwrap());
                     // New entries all over the walk's range.
                     q.insert(&(100_000 + n), HOUR + ms(n * 37 % 1700)).await.unwrap();
-                    n += 1;
                 }
                 churning.store(false, Ordering::SeqCst);
             }

@@ -126,10 +126,7 @@ impl State {
     /// now); `None` if there is no such tick or it is leased.
     pub(crate) fn run_now(&mut self, name: &str, now: u64) -> Option<Moved> {
         self.schedules.get(name)?;
-        let e = self.entries.get(name)?;
-        if e.tick.is_none() {
-            return None;
-        }
+        self.entries.get(name)?.tick?;
         self.reset(name, now)
     }
 

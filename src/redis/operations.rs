@@ -115,8 +115,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         check_id(id)?;
         let mut invocation = self.inner().script(&SCRIPTS.entry);
         invocation.arg(id);
-        let reply: Option<(u64, u64, i64, String, Option<String>, Option<String>)> =
-            self.inner().run(&invocation).await?;
+        let reply: Option<EntryReply> = self.inner().run(&invocation).await?;
         Ok(reply.map(|(now, score, dead, record, value, reason)| {
             let token = record.split(',').nth(1).unwrap_or("");
             let state = if dead == 1 {
@@ -267,3 +266,7 @@ fn row(
         value,
     }
 }
+
+/// The entry script's reply: the server's clock, the entry's score, 1 if
+/// dead, its record, value and failure reason.
+type EntryReply = (u64, u64, i64, String, Option<String>, Option<String>);
