@@ -123,6 +123,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// Inserts `value`, due `delay` from now (the database's clock), under a
     /// new unique id, which it returns.
     ///
+    /// Inserts made on this handle (and its clones) while another is on its
+    /// way wait for it and go to the database together, in one statement
+    /// and transaction, each with its own answer (see
+    /// [How it works](crate::postgres#how-it-works)); now is then when that
+    /// statement runs.
+    ///
     /// # Errors
     ///
     /// [`Error::Encode`] if the value does not serialize; [`Error::Database`]

@@ -117,7 +117,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// Inserts `value`, due `delay` from now (the server's now), under a new
     /// unique id, which it returns.
     ///
-    /// Delays are rounded down to milliseconds; huge ones saturate.
+    /// Delays are rounded down to milliseconds; huge ones saturate. Inserts
+    /// made on this handle (and its clones) while another is on its way
+    /// wait for it and go to Redis together, in one script, each with its
+    /// own answer (see [How it works](crate::redis#how-it-works)); now is
+    /// then when that script runs.
     ///
     /// # Errors
     ///
