@@ -53,14 +53,23 @@
 //!    50,000 entries in chunks of 256 from 8 producers, `insert_many`
 //!    against a multi-row `INSERT … SELECT FROM unnest(…)`.
 //!
+//! 4. random delays (issue 32): 20,000 jobs each due 0 to 2 s after its
+//!    insert, one producer with 256 calls in flight over a pool of 10 that
+//!    the consumers share, the worker (resp. the floor's consumers) running
+//!    from the start: lateness p50, p99 and the p99 of the jobs due after
+//!    the last insert, and the producer's inserts per second (see
+//!    `postgres/late.rs`; `PG_BENCH_RANDOM_SPREAD_MS` changes the 2 s).
+//!
 //! `cargo bench --features postgres --bench postgres` prints progress and a
-//! markdown table. `PG_BENCH_ONLY=drain` (or `lateness`, `insert`, or a
-//! comma-separated list) runs those workloads alone. For profiling the
+//! markdown table. `PG_BENCH_ONLY=drain` (or `lateness`, `insert`,
+//! `random`, or a comma-separated list) runs those workloads alone. For profiling the
 //! drain: `PG_BENCH_CONCURRENCY=16` changes the worker's concurrency;
 //! `PG_BENCH_CONSUMER_SET=synchronous_commit=off,track_functions=pl` sets
 //! those on the drain consumers' sessions (both sides), and with
 //! `track_functions` prints the server time of the queue's functions.
 
+#[path = "postgres/late.rs"]
+mod late;
 #[allow(dead_code)] // the tests use the rest of it
 #[path = "../tests/common/pg.rs"]
 mod pg;
@@ -1318,6 +1327,35 @@ async fn bench(url: &str) {
         }
     }
 
+    let mut random: Vec<Pair> = late::rows()
+        .into_iter()
+        .map(|(name, decimals, bar)| Pair::new(name, decimals, bar))
+        .collect();
+    if selected("random") {
+        println!("\n4. random delays, one producer with 256 in flight");
+        for run in 0..runs {
+            for ours in [true, false] {
+                let l = if ours {
+                    late::ours(url, &ctl, run).await
+                } else {
+                    late::floor(url, &ctl, run).await
+                };
+                println!(
+                    "  run {run} {}: p50 {:.2} ms, p99 {:.2} ms, after-insert p99 {:.2} ms ({} jobs), {:.0} inserts/s",
+                    if ours { "Worker" } else { "floor" },
+                    l.p50_ms,
+                    l.p99_ms,
+                    l.after_p99_ms,
+                    l.after_n,
+                    l.inserts_per_s
+                );
+                for (pair, x) in random.iter_mut().zip(l.values()) {
+                    pair.push(ours, x);
+                }
+            }
+        }
+    }
+
     if selected("insert") {
         println!("\n3. insert");
         for run in 0..runs {
@@ -1349,7 +1387,10 @@ async fn bench(url: &str) {
     for pair in [
         &jobs, &xacts, &rows, &wal, &p50, &p99, &max, &counted, &all_p99, &seq, &conc, &chunked,
         &ins_xacts, &ins_rows, &ins_wal,
-    ] {
+    ]
+    .into_iter()
+    .chain(random.iter())
+    {
         if !pair.ours.0.is_empty() || !pair.floor.0.is_empty() {
             println!("{}", pair.row());
         }

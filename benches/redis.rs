@@ -33,16 +33,24 @@
 //! 10. with the feature `redis-cluster`: the worker on a 3-primary cluster
 //!     with one queue per primary against one server with three queues
 //!     (see `redis/cluster.rs`).
+//! 11. lateness of jobs inserted with random delays (0-2 s) by one producer
+//!     with 256 calls in flight while the `Worker`, `take` + `ack` and the
+//!     poller run: p50, p99 and the p99 of the jobs due after the last
+//!     insert (see `redis/late.rs`).
 //!
 //! `cargo bench --all-features --bench redis` prints progress and two
 //! markdown tables. `REDIS_BENCH_ONLY=worker` runs workloads 6 to 9 alone,
-//! `REDIS_BENCH_ONLY=cluster` workload 10.
+//! `REDIS_BENCH_ONLY=cluster` workload 10, `REDIS_BENCH_ONLY=late` workload
+//! 11 (`REDIS_BENCH_RUNS` runs, 5 by default; `REDIS_BENCH_SIDES=worker`
+//! leaves out `take` + `ack`).
 //! `REDIS_BENCH_SCALING=1` adds a drain run with 1, 8, 32
 //! and 64 consumers.
 
 #[cfg(feature = "redis-cluster")]
 #[path = "redis/cluster.rs"]
 mod cluster;
+#[path = "redis/late.rs"]
+mod late;
 #[cfg(feature = "redis-cluster")]
 #[allow(dead_code)] // the tests use the rest of it
 #[path = "../tests/common/redis_cluster.rs"]
@@ -926,6 +934,11 @@ async fn bench(server: &RedisServer) {
         cluster::bench(&url).await;
         return;
     }
+    if std::env::var("REDIS_BENCH_ONLY").as_deref() == Ok("late") {
+        // Workload 11 alone.
+        late::bench(&url).await;
+        return;
+    }
     if std::env::var("REDIS_BENCH_ONLY").as_deref() == Ok("worker") {
         // Workloads 6 to 9 alone, for a quick look at the worker.
         worker::bench(&url, &mut ctl).await;
@@ -1094,6 +1107,7 @@ async fn bench(server: &RedisServer) {
     }
 
     worker::bench(&url, &mut ctl).await;
+    late::bench(&url).await;
     #[cfg(feature = "redis-cluster")]
     cluster::bench(&url).await;
 

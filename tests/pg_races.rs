@@ -346,3 +346,55 @@ async fn a_claim_of_large_values_is_bounded_in_bytes() {
     assert_eq!(seen, want, "batches of {batches:?}");
     assert!(batches.len() >= 2, "batches of {batches:?}");
 }
+
+/// A claim leases the due head while a producer inserts an entry due after
+/// that head but before the next one (issue 32). The insert runs beside the
+/// claim: it sees the head still due (the claim has not committed), and the
+/// claim reports as its next head the first entry not yet due (the insert
+/// has not committed), so its consumer sleeps toward that one. The insert
+/// must announce itself all the same: it compares its due time with the
+/// first entry not yet due, not with a due head that a claim may be taking
+/// away. (It compared with the head, and sent nothing: the consumer slept
+/// past the new entry until its poll interval.) Here a transaction of the
+/// test stands for the claim, leasing the head as a claim does, and a
+/// `LISTEN` for the consumer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_insert_beside_a_claim_of_the_due_head_announces_itself() {
+    let db = PgDb::new();
+    let schema = schema();
+    let q = open(&db, &schema, "beside").await;
+    assert!(q.insert_with_id("due", &1, Duration::ZERO).await.unwrap());
+    assert!(q.insert_with_id("later", &2, HOUR).await.unwrap());
+    let channel: String = db.psql(&format!("SELECT 'punctual_' || md5('{schema}.beside')"));
+    let mut listener = sqlx::postgres::PgListener::connect(&db.url())
+        .await
+        .unwrap();
+    listener.listen(&channel).await.unwrap();
+    // The claim, under way: the due head leased, not yet committed.
+    let mut claim = PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql(&format!(
+        "BEGIN; UPDATE \"{schema}\".entries SET run_at = run_at + 300000, token = 'claim', \
+         attempt = 1 WHERE queue = 'beside' AND id = 'due'"
+    ))
+    .execute(&mut claim)
+    .await
+    .unwrap();
+    // Due in a minute: after the due head, before "later".
+    let before = q.now().await.unwrap();
+    q.insert(&3, Duration::from_secs(60)).await.unwrap();
+    sqlx::raw_sql("COMMIT").execute(&mut claim).await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(5), listener.recv())
+        .await
+        .expect("an announcement of the new entry")
+        .unwrap();
+    let at: u64 = heard.payload().parse().unwrap();
+    let want = before
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 60_000;
+    assert!(
+        (want..want + 5_000).contains(&at),
+        "announced {at}, wanted about {want}"
+    );
+}

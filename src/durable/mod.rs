@@ -75,6 +75,8 @@
 
 mod api;
 mod backoff;
+#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
+pub(crate) mod batch;
 mod engine;
 mod entries;
 mod job;

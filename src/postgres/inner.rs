@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use super::error::Error;
 use super::sql::Statements;
+use crate::durable::batch::Batcher;
 pub(crate) use crate::durable::ops::{Held, Op, cron_instants};
 use crate::durable::ops::{OpResult, Releases, Retention, Tick, pending_where_unsettled, settle};
 use crate::durable::store::Applied;
@@ -49,7 +50,34 @@ pub(crate) struct Inner {
     /// Claims whose reply was lost and that nobody will send again (as
     /// `Op::release`s): the next claim or finish gives back what they hold.
     in_doubt: Lock<Vec<Op>>,
+    /// Single inserts made at the same time, sent as one statement.
+    pub(crate) inserts: Arc<Batcher<Put, (bool, String), Failed>>,
 }
+
+/// One entry of an insert: its id (`None`: made by the database), value,
+/// and `ms`, a time (`absolute`) or a delay.
+#[derive(Debug)]
+pub(crate) struct Put {
+    pub(crate) id: Option<String>,
+    pub(crate) json: String,
+    pub(crate) absolute: bool,
+    pub(crate) ms: i64,
+}
+
+/// Why an insert of a batch did not apply.
+#[derive(Debug)]
+pub(crate) enum Failed {
+    /// The batch's statement failed; this is its error.
+    Error(Error),
+    /// The batch's statement failed with an error that cannot be copied
+    /// for each insert (the database's own): it did not apply, and each
+    /// insert is sent again alone, to get its own.
+    Alone,
+}
+
+/// The most entries one batch of single inserts carries (a few
+/// milliseconds of the database's time, one transaction).
+const INSERT_BATCH: usize = 256;
 
 /// How soon a consumer asks again while due entries are locked by another
 /// transaction (a claim, a caller's open `remove_in`).
@@ -159,6 +187,7 @@ impl Inner {
             waiter: Waiter::default(),
             server_now: AtomicI64::new(0),
             in_doubt: Lock::new(Vec::new()),
+            inserts: Batcher::new(INSERT_BATCH, 1),
         }
     }
 
@@ -437,6 +466,79 @@ macro_rules! call {
 pub(crate) use call;
 
 impl Inner {
+    /// Inserts `puts` in one statement (one transaction): for each, whether
+    /// it was inserted (`false`: its id was taken) and its id.
+    pub(crate) async fn insert_batch(&self, puts: Vec<Put>) -> Vec<Result<(bool, String), Failed>> {
+        let mut ids = Vec::with_capacity(puts.len());
+        let mut values = Vec::with_capacity(puts.len());
+        let mut absolute = Vec::with_capacity(puts.len());
+        let mut ms = Vec::with_capacity(puts.len());
+        for put in &puts {
+            ids.push(put.id.as_deref());
+            values.push(put.json.as_str());
+            absolute.push(put.absolute);
+            ms.push(put.ms);
+        }
+        let made: Result<Vec<Option<String>>, Error> = async {
+            call!(self, |conn| {
+                sqlx::query_scalar(&self.sql.insert_batch)
+                    .bind(&self.name)
+                    .bind(&self.channel)
+                    .bind(&ids)
+                    .bind(&values)
+                    .bind(&absolute)
+                    .bind(&ms)
+                    .fetch_all(conn)
+            })
+        }
+        .await;
+        match made {
+            Ok(made) if made.len() == puts.len() => {
+                let inserted = made.iter().filter(|id| id.is_some()).count();
+                crate::durable::metrics::inserted(
+                    "postgres",
+                    &self.name,
+                    "insert",
+                    inserted as u64,
+                );
+                made.into_iter()
+                    .zip(puts)
+                    // NULL: the caller's id was taken.
+                    .map(|(made, put)| {
+                        Ok(match made {
+                            Some(id) => (true, id),
+                            None => (false, put.id.unwrap_or_default()),
+                        })
+                    })
+                    .collect()
+            }
+            Ok(made) => {
+                let error = sqlx::Error::Protocol(format!(
+                    "the batch of inserts answered {} rows for {}",
+                    made.len(),
+                    puts.len()
+                ));
+                puts.iter()
+                    .map(|_| {
+                        Err(Failed::Error(Error::Database(
+                            copy(&error).expect("copied"),
+                        )))
+                    })
+                    .collect()
+            }
+            Err(error) => puts
+                .iter()
+                .map(|_| match &error {
+                    Error::Database(e) => match copy(e) {
+                        Some(e) => Err(Failed::Error(Error::Database(e))),
+                        None => Err(Failed::Alone),
+                    },
+                    _ => Err(Failed::Alone),
+                })
+                .collect(),
+        }
+    }
+
     /// A connection of the pool, within the response timeout.
     pub(crate) async fn acquire(&self) -> Result<PoolConnection<Postgres>, Error> {
         match tokio::time::timeout(self.response_timeout, self.pool.acquire()).await {
@@ -522,4 +624,18 @@ impl DiedBeforeRunning for Error {
     fn died_before_running(&self) -> bool {
         matches!(self, Error::Database(e) if e.died_before_running())
     }
+}
+
+/// `error` again, for another insert of its batch, where it can be
+/// rebuilt with what makes it transient or in doubt; `None` for the
+/// database's own errors (the statement failed: nothing applied).
+fn copy(error: &sqlx::Error) -> Option<sqlx::Error> {
+    Some(match error {
+        sqlx::Error::Io(e) => sqlx::Error::Io(std::io::Error::new(e.kind(), e.to_string())),
+        sqlx::Error::Protocol(why) => sqlx::Error::Protocol(why.clone()),
+        sqlx::Error::PoolTimedOut => sqlx::Error::PoolTimedOut,
+        sqlx::Error::PoolClosed => sqlx::Error::PoolClosed,
+        sqlx::Error::WorkerCrashed => sqlx::Error::WorkerCrashed,
+        _ => return None,
+    })
 }

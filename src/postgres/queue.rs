@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::builder::PgQueueBuilder;
 use super::delivery::Delivery;
 use super::error::{Error, check_id};
-use super::inner::{Attempt, Inner, call, millis, on_callers, system_time};
+use super::inner::{Attempt, Failed, Inner, Put, call, millis, on_callers, system_time};
 use super::{DeadLetter, PgStats};
 use crate::durable::store::{Sealed, Taken};
 use crate::durable::take::{Abandon, take_until};
@@ -123,6 +123,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// Inserts `value`, due `delay` from now (the database's clock), under a
     /// new unique id, which it returns.
     ///
+    /// Inserts made on this handle (and its clones) while another is on its
+    /// way wait for it and go to the database together, in one statement
+    /// and transaction, each with its own answer (see
+    /// [How it works](crate::postgres#how-it-works)); now is then when that
+    /// statement runs.
+    ///
     /// # Errors
     ///
     /// [`Error::Encode`] if the value does not serialize; [`Error::Database`]
@@ -141,13 +147,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// # Ok(()) }
     /// ```
     pub async fn insert(&self, value: &T, delay: Duration) -> Result<String, Error> {
-        let (_, id) = call!(&self.inner, |conn| self.put(
-            conn,
-            None,
-            value,
-            false,
-            millis(delay)
-        ))?;
+        let (_, id) = self.put_batched(None, value, false, millis(delay)).await?;
         Ok(id)
     }
 
@@ -159,7 +159,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// As [`insert`](Self::insert).
     pub async fn insert_at(&self, value: &T, at: SystemTime) -> Result<String, Error> {
         let at = at.duration_since(UNIX_EPOCH).map_or(0, millis);
-        let (_, id) = call!(&self.inner, |conn| self.put(conn, None, value, true, at))?;
+        let (_, id) = self.put_batched(None, value, true, at).await?;
         Ok(id)
     }
 
@@ -179,13 +179,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         delay: Duration,
     ) -> Result<bool, Error> {
         check_id(id)?;
-        let (inserted, _) = call!(&self.inner, |conn| self.put(
-            conn,
-            Some(id),
-            value,
-            false,
-            millis(delay)
-        ))?;
+        let (inserted, _) = self
+            .put_batched(Some(id), value, false, millis(delay))
+            .await?;
         Ok(inserted)
     }
 
@@ -244,6 +240,45 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         let put = self.put(tx, Some(id), value, false, millis(delay));
         let (inserted, _) = on_callers(self.inner.response_timeout, put).await?;
         Ok(inserted)
+    }
+
+    /// One insert, sent alone or with the inserts of this handle made
+    /// while another request of them is on its way (see
+    /// `durable/batch.rs`), each in its own transaction or all of them in
+    /// one.
+    async fn put_batched(
+        &self,
+        id: Option<&str>,
+        value: &T,
+        absolute: bool,
+        ms: i64,
+    ) -> Result<(bool, String), Error> {
+        let json = serde_json::to_string(value).map_err(Error::Encode)?;
+        let put = Put {
+            id: id.map(str::to_owned),
+            json,
+            absolute,
+            ms,
+        };
+        let inner = Arc::clone(&self.inner);
+        let send = move |puts: Vec<Put>| {
+            let inner = Arc::clone(&inner);
+            async move { inner.insert_batch(puts).await }
+        };
+        match self
+            .inner
+            .inserts
+            .call(put, send, || Failed::Error(lost_insert()))
+            .await
+        {
+            Ok(done) => Ok(done),
+            Err(Failed::Error(error)) => Err(error),
+            // Its batch failed with the database's own error (nothing
+            // applied): sent alone, it gets its own.
+            Err(Failed::Alone) => {
+                call!(&self.inner, |conn| self.put(conn, id, value, absolute, ms))
+            }
+        }
     }
 
     async fn put<'e>(
@@ -585,4 +620,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             taken.lease_until,
         )
     }
+}
+
+/// The error of an insert whose request could not be sent or whose answer
+/// was lost (it may have applied).
+fn lost_insert() -> Error {
+    Error::Database(sqlx::Error::Io(std::io::Error::other(
+        "the request carrying this insert was lost; it may have applied",
+    )))
 }

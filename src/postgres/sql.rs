@@ -7,7 +7,7 @@ use super::error::Error;
 
 /// The version of `sql/schema.sql`; `build()` installs it when the
 /// schema's `meta` table holds an older one.
-const VERSION: i32 = 5;
+const VERSION: i32 = 6;
 
 const SCHEMA: &str = include_str!("sql/schema.sql");
 
@@ -15,6 +15,8 @@ const SCHEMA: &str = include_str!("sql/schema.sql");
 #[derive(Debug)]
 pub(crate) struct Statements {
     pub(crate) insert: String,
+    /// `insert` for each row of the arrays, in order, in one statement.
+    pub(crate) insert_batch: String,
     pub(crate) insert_many: String,
     pub(crate) remove: String,
     pub(crate) reset: String,
@@ -43,6 +45,11 @@ impl Statements {
         let s = format!("\"{schema}\"");
         Statements {
             insert: format!("SELECT {s}.insert($1, $2, $3, $4, $5, $6)"),
+            insert_batch: format!(
+                "SELECT {s}.insert($1, $2, x.id, x.value, x.absolute, x.ms) \
+                 FROM unnest($3::text[], $4::text[], $5::boolean[], $6::bigint[]) \
+                 WITH ORDINALITY AS x(id, value, absolute, ms, o) ORDER BY x.o"
+            ),
             insert_many: format!("SELECT {s}.insert_many($1, $2, $3, $4)"),
             remove: format!("SELECT {s}.remove($1, $2, $3)"),
             reset: format!("SELECT {s}.reset($1, $2, $3, $4, $5)"),

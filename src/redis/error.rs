@@ -68,6 +68,23 @@ impl From<crate::durable::ops::Unsettled> for Error {
 }
 
 impl Error {
+    /// The same error, for another caller of a request made for several
+    /// (a batch of inserts).
+    pub(crate) fn again(&self) -> Error {
+        match self {
+            Error::Redis(e) => Error::Redis(e.clone()),
+            Error::Encode(e) => Error::Redis(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "encode",
+                e.to_string(),
+            ))),
+            Error::InvalidId(why) => Error::InvalidId(why.clone()),
+            Error::InvalidName(why) => Error::InvalidName(why.clone()),
+            Error::Unsupported(why) => Error::Unsupported(why.clone()),
+            Error::InvalidSchedule(why) => Error::InvalidSchedule(why.clone()),
+        }
+    }
+
     /// Whether waiting and asking again can fix this error: the connection
     /// was lost, refused or timed out, or the server said so (loading its
     /// data, busy with another script, out of memory for now, read-only or

@@ -29,6 +29,7 @@ use super::conn::Conn;
 use super::error::Error;
 use super::scripts::{Keys, SCRIPTS};
 use super::wait::Listener;
+use crate::durable::batch::Batcher;
 pub(crate) use crate::durable::ops::{Held, Op};
 use crate::durable::ops::{OpResult, Releases, Retention, Tick, pending_where_unsettled, settle};
 pub(crate) use crate::durable::ops::{cron_instants, millis};
@@ -57,7 +58,23 @@ pub(crate) struct Inner {
     /// (As `Op::release`s, each with a lower bound of the end of the
     /// leases its claim may have been granted.)
     in_doubt: Lock<Vec<Op>>,
+    /// Single inserts made at the same time, sent as one script.
+    pub(crate) inserts: Arc<Batcher<Put, (bool, String), Error>>,
 }
+
+/// One entry of an insert: its id (`""`: made by the script), value,
+/// `"d"` (`ms` is a delay) or `"a"` (`ms` is a time).
+#[derive(Debug)]
+pub(crate) struct Put {
+    pub(crate) id: String,
+    pub(crate) json: String,
+    pub(crate) kind: &'static str,
+    pub(crate) ms: u64,
+}
+
+/// The most entries one batch of single inserts carries: about a
+/// millisecond of the server's time, which a claim behind it waits.
+const INSERT_BATCH: usize = 256;
 
 /// An op's arguments, as `scripts/lib/finish.lua` reads them.
 fn push_op(invocation: &mut ScriptInvocation<'_>, op: &Op) {
@@ -138,6 +155,40 @@ impl Inner {
             waiter: Waiter::default(),
             server_now: AtomicU64::new(0),
             in_doubt: Lock::new(Vec::new()),
+            inserts: Batcher::new(INSERT_BATCH, 1),
+        }
+    }
+
+    /// Inserts `puts` in one script: for each, whether it was inserted
+    /// (`false`: its id was taken) and its id; an error is each one's.
+    pub(crate) async fn insert_batch(&self, puts: Vec<Put>) -> Vec<Result<(bool, String), Error>> {
+        let mut invocation = self.script(&SCRIPTS.insert);
+        invocation.arg(&self.keys.channel);
+        self.identify(&mut invocation);
+        invocation.arg(puts.len());
+        for put in &puts {
+            invocation
+                .arg(&put.id)
+                .arg(&put.json)
+                .arg(put.kind)
+                .arg(put.ms);
+        }
+        // {inserted, id, ...}, in order.
+        match self.run::<Vec<(bool, String)>>(&invocation).await {
+            Ok(reply) if reply.len() == puts.len() => {
+                let inserted = reply.iter().filter(|(inserted, _)| *inserted).count();
+                crate::durable::metrics::inserted("redis", &self.name, "insert", inserted as u64);
+                reply.into_iter().map(Ok).collect()
+            }
+            Ok(reply) => {
+                let error = Error::Redis(redis::RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "the insert script answered for another number of entries",
+                    format!("{} for {}", reply.len(), puts.len()),
+                )));
+                puts.iter().map(|_| Err(error.again())).collect()
+            }
+            Err(error) => puts.iter().map(|_| Err(error.again())).collect(),
         }
     }
 

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::builder::RedisQueueBuilder;
 use super::delivery::Delivery;
 use super::error::{Error, check_id};
-use super::inner::{Attempt, Claim, Claimed, Held, Inner, MAX_BATCH, millis, system_time};
+use super::inner::{Attempt, Claim, Claimed, Held, Inner, MAX_BATCH, Put, millis, system_time};
 use super::scripts::SCRIPTS;
 use super::{DeadLetter, RedisStats};
 use crate::durable::store::{Sealed, Taken};
@@ -117,7 +117,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// Inserts `value`, due `delay` from now (the server's now), under a new
     /// unique id, which it returns.
     ///
-    /// Delays are rounded down to milliseconds; huge ones saturate.
+    /// Delays are rounded down to milliseconds; huge ones saturate. Inserts
+    /// made on this handle (and its clones) while another is on its way
+    /// wait for it and go to Redis together, in one script, each with its
+    /// own answer (see [How it works](crate::redis#how-it-works)); now is
+    /// then when that script runs.
     ///
     /// # Errors
     ///
@@ -188,15 +192,29 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             .map(|(inserted, _)| inserted)
     }
 
-    async fn put(&self, id: &str, value: &T, kind: &str, ms: u64) -> Result<(bool, String), Error> {
+    /// One insert, sent alone or with the inserts of this handle made
+    /// while another request of them is on its way (see
+    /// `durable/batch.rs`).
+    async fn put(
+        &self,
+        id: &str,
+        value: &T,
+        kind: &'static str,
+        ms: u64,
+    ) -> Result<(bool, String), Error> {
         let json = serde_json::to_string(value).map_err(Error::Encode)?;
-        let mut invocation = self.inner.script(&SCRIPTS.insert);
-        invocation.arg(&self.inner.keys.channel);
-        self.inner.identify(&mut invocation);
-        invocation.arg(1).arg(id).arg(json).arg(kind).arg(ms);
-        let (inserted, id): (bool, String) = self.inner.run(&invocation).await?;
-        crate::durable::metrics::inserted("redis", self.name(), "insert", u64::from(inserted));
-        Ok((inserted, id))
+        let put = Put {
+            id: id.to_owned(),
+            json,
+            kind,
+            ms,
+        };
+        let inner = Arc::clone(&self.inner);
+        let send = move |puts: Vec<Put>| {
+            let inner = Arc::clone(&inner);
+            async move { inner.insert_batch(puts).await }
+        };
+        self.inner.inserts.call(put, send, lost_insert).await
     }
 
     /// Deletes the entry `id`, whether pending, leased or dead; `true` if it
@@ -610,3 +628,11 @@ impl Drop for Abandon<'_> {
 
 /// The most dead letters one call lists (an integer Lua keeps exact).
 const MAX_LIST: usize = 1 << 31;
+
+/// The error of an insert whose request could not be sent or whose answer
+/// was lost (it may have applied).
+fn lost_insert() -> Error {
+    Error::Redis(redis::RedisError::from(std::io::Error::other(
+        "the request carrying this insert was lost; it may have applied",
+    )))
+}

@@ -113,7 +113,13 @@ END $$;
 
 -- Tells waiting consumers (LISTEN on `p_channel`) that an entry is due at
 -- `p_at`, if that is before the old head: only a new head can wake one
--- earlier. Sent at commit.
+-- earlier. Sent at commit. The old head a write passes is the first entry
+-- not yet due when it runs (`next_after(queue, now)`), not head(): a due
+-- head may be leased by a claim running beside the write, which cannot see
+-- the write and tells its consumer to sleep until the first entry not yet
+-- due; an entry due before that one must be announced even though a due
+-- head comes before it. (Consumers that find entries due ask again at
+-- once, so the announcement only costs a notification while they do.)
 CREATE OR REPLACE FUNCTION __SCHEMA__.announce(p_channel text, p_at bigint, p_old_head bigint)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
@@ -125,20 +131,21 @@ END $$;
 -- INSERT: a new pending entry due at `p_ms` (`p_absolute`) or `p_ms` from
 -- now. `p_id` NULL: an id '#<seq>' is made. Returns the entry's id, or NULL
 -- if `p_id` is taken (pending, leased or dead; nothing changes then).
--- (The hottest call of a producer: the clock, head() and announce() are
--- inline, and it returns a scalar, so it is called in a SELECT list.)
+-- (The hottest call of a producer: the clock, the old head (see announce)
+-- and announce() are inline, and it returns a scalar, so it is called in a
+-- SELECT list.)
 CREATE OR REPLACE FUNCTION __SCHEMA__.insert(p_queue text, p_channel text, p_id text,
     p_value text, p_absolute boolean, p_ms bigint) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_at bigint := CASE WHEN p_absolute THEN p_ms
-        ELSE floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint + p_ms END;
+    v_now bigint := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+    v_at bigint := CASE WHEN p_absolute THEN p_ms ELSE v_now + p_ms END;
     v_old_head bigint;
     v_seq bigint;
     v_id text;
 BEGIN
     SELECT e.run_at INTO v_old_head FROM __SCHEMA__.entries e
-    WHERE e.queue = p_queue AND e.run_at IS NOT NULL ORDER BY e.run_at, e.seq LIMIT 1;
+    WHERE e.queue = p_queue AND e.run_at > v_now ORDER BY e.run_at, e.seq LIMIT 1;
     LOOP
         v_seq := nextval('__SCHEMA__.seq');
         v_id := coalesce(p_id, '#' || v_seq);
@@ -167,7 +174,7 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.insert_many(p_queue text, p_channel text,
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now bigint := __SCHEMA__.now_ms();
-    v_old_head bigint := __SCHEMA__.head(p_queue);
+    v_old_head bigint := __SCHEMA__.next_after(p_queue, v_now);
     v_n integer := coalesce(array_length(p_values, 1), 0);
     v_ids text[];
     v_seqs bigint[];
@@ -258,7 +265,7 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.reset(p_queue text, p_channel text, p_id t
     p_tick_only boolean) RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
     v_at bigint := __SCHEMA__.now_ms() + p_ms;
-    v_old_head bigint := __SCHEMA__.head(p_queue);
+    v_old_head bigint := __SCHEMA__.next_after(p_queue, __SCHEMA__.now_ms());
 BEGIN
     UPDATE __SCHEMA__.entries e SET run_at = v_at, seq = nextval('__SCHEMA__.seq'),
         tick = CASE WHEN e.tick IS NOT NULL THEN v_at END
@@ -278,7 +285,7 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.requeue_dead(p_queue text, p_channel text,
     p_ms bigint) RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
     v_at bigint := __SCHEMA__.now_ms() + p_ms;
-    v_old_head bigint := __SCHEMA__.head(p_queue);
+    v_old_head bigint := __SCHEMA__.next_after(p_queue, __SCHEMA__.now_ms());
 BEGIN
     UPDATE __SCHEMA__.entries e SET run_at = v_at, seq = nextval('__SCHEMA__.seq'),
         attempt = 0, deadline = NULL, reason = NULL, died_at = NULL
@@ -371,7 +378,7 @@ END $$;
 CREATE OR REPLACE FUNCTION __SCHEMA__.place_tick(p_queue text, p_channel text, p_name text,
     p_at bigint) RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
-    v_old_head bigint := __SCHEMA__.head(p_queue);
+    v_old_head bigint := __SCHEMA__.next_after(p_queue, __SCHEMA__.now_ms());
 BEGIN
     IF p_at IS NOT NULL THEN
         INSERT INTO __SCHEMA__.entries AS e (queue, id, seq, run_at, value, tick)
@@ -524,7 +531,7 @@ BEGIN
         v_kind := 'd'; result := 2;
     END IF;
     IF v_kind = 'r' OR v_kind = 'g' THEN
-        v_old_head := __SCHEMA__.head(p_queue);
+        v_old_head := __SCHEMA__.next_after(p_queue, __SCHEMA__.now_ms());
         IF v_kind = 'r' THEN
             v_next := p_now + p_ms;
             -- A failed attempt's reason stays with the entry until it is
@@ -796,7 +803,7 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.extend(p_queue text, p_channel text, p_lea
     p_ids text[], p_tokens text[]) RETURNS bigint[] LANGUAGE plpgsql AS $$
 DECLARE
     v_end bigint := __SCHEMA__.now_ms() + p_lease;
-    v_old_head bigint := __SCHEMA__.head(p_queue);
+    v_old_head bigint := __SCHEMA__.next_after(p_queue, __SCHEMA__.now_ms());
     v_held bigint[];
 BEGIN
     -- Locks the rows in id order first, as finish_all does (no deadlock).
@@ -954,7 +961,7 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.dead_all(p_queue text, p_channel text, p_r
     p_ms bigint) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     v_at bigint := __SCHEMA__.now_ms() + p_ms;
-    v_old_head bigint := __SCHEMA__.head(p_queue);
+    v_old_head bigint := __SCHEMA__.next_after(p_queue, __SCHEMA__.now_ms());
     v_n bigint;
 BEGIN
     IF NOT p_requeue THEN
