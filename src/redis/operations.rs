@@ -269,7 +269,3 @@ fn row(
         value,
     }
 }
-
-/// The entry script's reply: the server's clock, the entry's score, 1 if
-/// dead, its record, value and failure reason.
-type EntryReply = (u64, u64, i64, String, Option<String>, Option<String>);
