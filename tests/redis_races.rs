@@ -667,6 +667,41 @@ mod cluster {
         assert_eq!(node.cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot]), "0");
     }
 
+    /// The answers a cluster queue keeps are forgotten once no second
+    /// sending can come (twice the response timeout, then at most a second
+    /// more: they are forgotten in batches); a write that changed nothing
+    /// keeps nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_a_cluster_kept_answers_are_forgotten_after_twice_the_response_timeout() {
+        let (cluster, proxy, _) = cluster_through_proxy("forget").await;
+        // Answers kept 1 s.
+        let q: RedisQueue<u64> = RedisQueue::builder("forget")
+            .cluster(&[&proxy.url()])
+            .response_timeout(ms(500))
+            .build()
+            .await
+            .unwrap();
+        let node = cluster.node(proxy.upstream_port());
+        let key = "punctual:{forget}:requests";
+        for i in 0..50 {
+            q.insert(&i, HOUR).await.unwrap();
+        }
+        assert_eq!(node.cli(&["ZCARD", key]), "100", "two members per insert");
+        assert!(!q.remove("absent").await.unwrap());
+        assert_eq!(
+            node.cli(&["ZCARD", key]),
+            "100",
+            "a remove that removed nothing kept its answer"
+        );
+        sleep(ms(2200)).await;
+        q.insert(&50, HOUR).await.unwrap();
+        assert_eq!(
+            node.cli(&["ZCARD", key]),
+            "2",
+            "answers kept past twice the response timeout and a second"
+        );
+    }
+
     /// On a cluster a write reads `requests` (its identity) before it
     /// writes anything: a key of a foreign type there fails it whole.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -201,33 +201,22 @@ impl Inner {
         invocation
     }
 
-    /// How long the store keeps a write's answer for a second execution of
-    /// it, in ms: twice the response timeout on a cluster, whose client
-    /// sends a request again by itself after a dropped connection (as long
-    /// as its caller waits: a response timeout); 0 on a single server,
-    /// whose connection never sends a request twice (nothing is kept). See
-    /// `scripts/lib/requests.lua`.
-    fn keep_ms(&self) -> u64 {
-        if self.conn.is_cluster() {
-            millis(self.conn.response_timeout())
-                .saturating_mul(2)
-                .max(1)
-        } else {
-            0
-        }
-    }
-
-    /// Adds a write's identity and how long its answer is kept (see
-    /// [`keep_ms`](Self::keep_ms)): a token made for this one call on a
-    /// cluster, nothing on a single server.
+    /// Adds a write's request identity (see `scripts/lib/requests.lua`).
+    /// On a cluster, whose client sends a request again by itself after a
+    /// dropped connection (as long as its caller waits: a response
+    /// timeout), a token made for this one request and how long the store
+    /// keeps its answer for a second execution: twice the response
+    /// timeout. On a single server, whose connection never sends a request
+    /// twice, nothing (an empty argument): nothing is kept.
     pub(crate) fn identify(&self, invocation: &mut ScriptInvocation<'_>) {
-        let keep = self.keep_ms();
-        if keep == 0 {
-            invocation.arg("").arg(0);
+        if self.conn.is_cluster() {
+            let keep = millis(self.conn.response_timeout())
+                .saturating_mul(2)
+                .max(1);
+            let token = crate::durable::store::new_token();
+            invocation.arg(format!("{keep}:{token}"));
         } else {
-            invocation
-                .arg(&*crate::durable::store::new_token())
-                .arg(keep);
+            invocation.arg("");
         }
     }
 

@@ -8,6 +8,12 @@
 //! (insert, claim, finish) by reads they need anyway, by writing the one
 //! key they do not read first, or, once per batch, with `TYPE`; the others
 //! every key. `build` checks every key once.
+//!
+//! Every write but `extend` and `purge` takes a request identity
+//! (`scripts/lib/requests.lua`): on a cluster a second execution of the
+//! same request answers from what the first kept (`requests` is read before
+//! any write, which checks its type); on a single server the identity is
+//! empty and the scripts skip all of it.
 
 use std::sync::LazyLock;
 

@@ -1,10 +1,11 @@
 -- CLAIM: finishes deliveries (see finish), then leases up to `max` due
 -- entries, in order, to the claim `token`.
 -- KEYS: the queue's eight keys. ARGV: max, lease ms, the handle's rules
--- (max attempts, dead-letter retention: see `rules`), token, recover (-1, or a lower bound of this claim's lease end
--- when it is sent again after its reply was lost), channel, request id (''
--- on a single server) and ms to keep the answer (see lib/requests.lua),
--- number of ops, then 6 fields per op (kind, id, token, ms, reason, cands).
+-- (max attempts, dead-letter retention: see `rules`), token, recover (-1,
+-- or a lower bound of this claim's lease end when it is sent again after
+-- its reply was lost), channel, request identity ('' on a single server;
+-- see lib/requests.lua), number of ops, then 6 fields per op (kind, id,
+-- token, ms, reason, cands).
 -- Returns {now, head score or -1 (none, or paused), {op results}, {items}}, an item being
 -- {id, value, attempt, deadline, lease end, schedule record or '', reason
 -- to bury it or ''}. An entry past max attempts goes to the dead letters
@@ -18,7 +19,7 @@
 local now = now_ms()
 local max, lease, limit, token = tonumber(ARGV[1]), tonumber(ARGV[2]), rules(ARGV[3]), ARGV[4]
 local recover, channel = tonumber(ARGV[5]), ARGV[6]
-local rid, keep, n_ops = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
+local ledger, n_ops = ledger_of(ARGV[7]), tonumber(ARGV[8])
 
 -- A first sending that lands after its claim was given up on, or sent
 -- again, leases nothing (the resend leases for the claim). A resend marks
@@ -32,7 +33,7 @@ else
 end
 -- What this sending answered if it ran already: '<lease end or
 -- nothing>:<op result codes>'. Reads REQUESTS.
-local kept = recall(rid)
+local kept = ledger and ledger.recall()
 
 -- With ops, every key the claim may write is checked first: the ops are
 -- applied before the claim's own checks, and must not be left applied by a
@@ -42,12 +43,12 @@ if n_ops > 0 or recover >= 0 then
     or ensure(SCHEDULES, 'hash')
   if e then return e end
 end
-local results, err = finish_all(10, n_ops, now, limit, channel)
+local results, err = finish_all(9, n_ops, now, limit, channel)
 if err then return err end
 local kept_end = nil
 if kept then
   local lease_end, codes = string.match(kept, '^(%d*):(.*)$')
-  first_results(results, codes)
+  ledger.first_results(results, codes)
   kept_end = tonumber(lease_end)
 end
 
@@ -62,12 +63,18 @@ local function item(id, value, e, lease_until, rec, why)
   return {id, value or false, e.attempt, e.deadline or 0, lease_until, rec or '', why or ''}
 end
 
--- What this token holds among the leases ending from `from` to `to`, in the
--- order a claim takes them: due time, then member (whose sequence keeps
--- equal due times FIFO).
-local function held_leases(from, to)
-  local leased = redis.call('ZRANGEBYSCORE', LEASES, from, to, 'WITHSCORES')
+if stale then return reply({}) end
+
+-- A second execution of this sending returns the leases the first was
+-- granted (they all end at one instant) that its token still holds, and
+-- leases nothing new. A resend by the consumer (`recover`) returns the
+-- leases its token was granted, if the first sending ran; else it claims.
+if kept or recover >= 0 then
+  if recover >= 0 then mark(token, now) end
+  local from, to = recover, '+inf'
+  if kept then from, to = kept_end, kept_end end
   local items, members = {}, {}
+  local leased = from and redis.call('ZRANGEBYSCORE', LEASES, from, to, 'WITHSCORES') or {}
   for i = 1, #leased, 2 do
     local id = leased[i]
     local e = held(id, token)
@@ -83,43 +90,32 @@ local function held_leases(from, to)
       members[items[#items]] = e.member
     end
   end
-  table.sort(items, function(a, b)
-    if a[4] ~= b[4] then return a[4] < b[4] end
-    return members[a] < members[b]
-  end)
-  return items
+  if kept or #items > 0 then
+    -- In the order the first sending took them: due time, then member
+    -- (whose sequence keeps equal due times FIFO).
+    table.sort(items, function(a, b)
+      if a[4] ~= b[4] then return a[4] < b[4] end
+      return members[a] < members[b]
+    end)
+    return reply(items)
+  end
 end
 
-if stale then return reply({}) end
-
-if kept then
-  if recover >= 0 then mark(token, now) end
-  -- The first execution's leases (all end at one instant), those its token
-  -- still holds; nothing new.
-  if kept_end then return reply(held_leases(kept_end, kept_end)) end
-  return reply({})
-end
-
-if recover >= 0 then
-  mark(token, now)
-  -- The leases this token was granted, if the first sending ran.
-  local items = held_leases(recover, '+inf')
-  if #items > 0 then return reply(items) end
-end
-
--- What this claim answers to a second execution of it, if it changed
--- something (`lease_end`: when the leases it granted end, if any).
-local function keep_answer(lease_end)
-  local codes, changed = result_codes(results)
+-- On a cluster, keeps what a second execution of this sending answers, if
+-- it changed something: '<when its leases end, if any>:<op result codes>'.
+-- Defined on a cluster alone: defining a function is part of every call's
+-- cost.
+local keep_answer = ledger and function(lease_end)
+  local codes, changed = ledger.result_codes(results)
   if lease_end or changed then
-    remember(rid, keep, (lease_end or '') .. ':' .. codes, now)
+    ledger.remember((lease_end or '') .. ':' .. codes, now)
   end
 end
 
 -- Paused: nothing new is leased, and the head is not reported (consumers
 -- wait for `resume`'s announcement, or their poll interval).
 if redis.call('HEXISTS', ENTRIES, PAUSED) == 1 then
-  keep_answer(nil)
+  if keep_answer then keep_answer(nil) end
   return reply({}, -1)
 end
 
@@ -127,7 +123,7 @@ end
 local due = redis.call('ZRANGEBYSCORE', SCHEDULE, '-inf', now, 'WITHSCORES', 'LIMIT', 0, max + 1)
 local n = math.min(#due / 2, max)
 if n == 0 then
-  keep_answer(nil)
+  if keep_answer then keep_answer(nil) end
   return reply({})
 end
 
@@ -185,6 +181,6 @@ for _, b in ipairs(burying) do
   bury(id, e, 'not acked after ' .. limit .. ' deliveries', now)
   if next then successor(id, next, channel) end
 end
-keep_answer(#leases > 0 and lease_arg or nil)
+if keep_answer then keep_answer(#leases > 0 and lease_arg or nil) end
 if #due > 2 * n and #burying == 0 then return reply(items, tonumber(due[#due])) end
 return reply(items)

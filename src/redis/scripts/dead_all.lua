@@ -1,13 +1,13 @@
 -- DEAD_ALL: puts every dead letter back as pending, due `delay` ms from
 -- now, attempts reset ('r'), or deletes them all ('c'), in one step.
 -- KEYS: the queue's eight keys. ARGV: 'r' or 'c', delay ms, channel,
--- request id ('' on a single server) and ms to keep the answer (see
--- lib/requests.lua).
+-- request identity ('' on a single server; see lib/requests.lua).
 -- Returns how many; a second execution of a request, the first's count.
 local err = check_all() or check_seq()
 if err then return err end
-local requeue, delay, channel, rid = ARGV[1] == 'r', tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local kept = recall(rid)
+local requeue, delay, channel = ARGV[1] == 'r', tonumber(ARGV[2]), ARGV[3]
+local ledger = ledger_of(ARGV[4])
+local kept = ledger and ledger.recall()
 if kept then return tonumber(kept) end
 local now = now_ms()
 local n = 0
@@ -26,5 +26,5 @@ repeat
   call_sliced('ZREM', DEAD, ids)
   n = n + #ids
 until #ids == 0
-if n > 0 then remember(rid, tonumber(ARGV[5]), int(n), now) end
+if n > 0 and ledger then ledger.remember(int(n), now) end
 return n

@@ -1,17 +1,17 @@
 -- INSERT: schedules new entries, all in one step.
--- KEYS: the queue's eight keys. ARGV: channel, request id ('' on a single
--- server) and ms to keep the answer (see lib/requests.lua), number of
--- entries, then 4 fields per entry: id ('' to generate one), value (JSON),
--- 'd' (ms is a delay) or 'a' (ms is a time), ms.
+-- KEYS: the queue's eight keys. ARGV: channel, request identity ('' on a
+-- single server; see lib/requests.lua), number of entries, then 4 fields
+-- per entry: id ('' to generate one), value (JSON), 'd' (ms is a delay) or
+-- 'a' (ms is a time), ms.
 -- Returns {inserted, id, ...}: 1 and the id, or 0 and the id when an entry
 -- with that id exists (it is left unchanged). A second execution of a
 -- request that inserted returns the first's answer and inserts nothing.
 -- Atomic: the id checks and the writes run as one script; every key is
 -- read before the first write, so a key of another type fails it before.
-local channel, rid, keep, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local FIRST = 5
+local channel, ledger, n = ARGV[1], ledger_of(ARGV[2]), tonumber(ARGV[3])
+local FIRST = 4
 -- Kept: per entry, its generated id, or 1 or 0 for an id given.
-local kept = recall(rid)
+local kept = ledger and ledger.recall()
 if kept then
   local out, i = {}, 0
   for part in string.gmatch(kept, '[^,]+') do
@@ -83,11 +83,11 @@ redis.call('SET', SEQ, int(seq))
 call_sliced('HSET', ENTRIES, fields)
 call_sliced('ZADD', SCHEDULE, members)
 announce(channel, earliest, old_head)
-if rid ~= '' then
+if ledger then
   local parts = {}
   for i = 0, n - 1 do
     parts[i + 1] = ARGV[FIRST + 4 * i] == '' and out[2 * i + 2] or int(out[2 * i + 1])
   end
-  remember(rid, keep, table.concat(parts, ','), now)
+  ledger.remember(table.concat(parts, ','), now)
 end
 return out

@@ -1,14 +1,14 @@
 -- REMOVE: deletes an entry, pending, leased or dead; a schedule's tick takes
 -- its schedule with it. With ARGV[2] = 's', only a schedule's tick (and the
 -- schedule, even if it has no tick now).
--- KEYS: the queue's eight keys. ARGV: id, 'e' or 's', request id ('' on a
--- single server) and ms to keep the answer (see lib/requests.lua).
+-- KEYS: the queue's eight keys. ARGV: id, 'e' or 's', request identity (''
+-- on a single server; see lib/requests.lua).
 -- Returns 1 if it was there, 0 if not; a second execution of a request
 -- that removed, 1 (it changes nothing).
 local err = check_all()
 if err then return err end
-local id, rid = ARGV[1], ARGV[3]
-if recall(rid) then return 1 end
+local id, ledger = ARGV[1], ledger_of(ARGV[3])
+if ledger and ledger.recall() then return 1 end
 local e = parse(redis.call('HGET', ENTRIES, 'm:' .. id))
 local schedule = redis.call('HEXISTS', SCHEDULES, id) == 1
 if ARGV[2] == 's' then
@@ -27,5 +27,5 @@ if schedule and (not e or e.tick) then
   redis.call('HDEL', SCHEDULES, id)
   redis.call('HDEL', ENTRIES, 'v:' .. id)
 end
-if rid ~= '' then remember(rid, tonumber(ARGV[4]), '1', now_ms()) end
+if ledger then ledger.remember('1', now_ms()) end
 return 1

@@ -1,13 +1,13 @@
 -- REQUEUE_DEAD: puts a dead letter back as pending, attempts reset to 0 (a
 -- dead tick comes back as a one-off entry, not a tick).
--- KEYS: the queue's eight keys. ARGV: id, delay ms, channel, request id (''
--- on a single server) and ms to keep the answer (see lib/requests.lua).
+-- KEYS: the queue's eight keys. ARGV: id, delay ms, channel, request
+-- identity ('' on a single server; see lib/requests.lua).
 -- Returns 1, or 0 if there is no such dead letter; a second execution of a
 -- request that put it back, 1 (it changes nothing).
 local err = check_all() or check_seq()
 if err then return err end
-local id, rid = ARGV[1], ARGV[4]
-if recall(rid) then return 1 end
+local id, ledger = ARGV[1], ledger_of(ARGV[4])
+if ledger and ledger.recall() then return 1 end
 if not redis.call('ZSCORE', DEAD, id) then return 0 end
 local e = parse(redis.call('HGET', ENTRIES, 'm:' .. id)) or {token = '', member = ''}
 e.attempt, e.tick, e.deadline = 0, nil, nil
@@ -15,5 +15,5 @@ redis.call('ZREM', DEAD, id)
 redis.call('HDEL', ENTRIES, 'r:' .. id)
 local now = now_ms()
 place(id, e, now + tonumber(ARGV[2]), ARGV[3])
-remember(rid, tonumber(ARGV[5]), '1', now)
+if ledger then ledger.remember('1', now) end
 return 1

@@ -1,8 +1,8 @@
 -- SCHEDULE: creates or changes the recurring schedule `name` (an upsert).
 -- KEYS: the queue's eight keys. ARGV: name, record ('e,<period ms>,<policy>'
 -- or 'c,<expression>'), value (JSON), cron instants (see next_tick; '' for
--- none yet), channel, request id ('' on a single server) and ms to keep the
--- answer (see lib/requests.lua).
+-- none yet), channel, request identity ('' on a single server; see
+-- lib/requests.lua).
 -- Returns 1 if created or changed (a second execution of such a request
 -- too: it changes nothing), 0 if the same call was made before (nothing
 -- changes), {-1, now} when a cron schedule needs its instants
@@ -14,8 +14,8 @@
 local err = check_all() or check_seq()
 if err then return err end
 local name, rec, json, cands, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local rid = ARGV[6]
-if recall(rid) then return 1 end
+local ledger = ledger_of(ARGV[6])
+if ledger and ledger.recall() then return 1 end
 local now = now_ms()
 local old = redis.call('HGET', SCHEDULES, name)
 local got = redis.call('HMGET', ENTRIES, 'm:' .. name, 'v:' .. name)
@@ -49,5 +49,5 @@ if move then
   -- false: a cron expression with no instant left keeps no tick.
   if first then successor(name, first, channel) end
 end
-remember(rid, tonumber(ARGV[7]), '1', now)
+if ledger then ledger.remember('1', now) end
 return 1

@@ -142,31 +142,3 @@ local function finish_all(at, n, now, limit, channel)
   return results
 end
 
--- The results of `finish_all` as a string kept for a second execution (see
--- requests.lua): one character per op, its result, or 'c' where the op
--- needed cron instants (nothing changed). Also whether any op changed
--- something.
-local function result_codes(results)
-  local codes, changed = {}, false
-  for i, result in ipairs(results) do
-    if type(result) == 'table' then
-      codes[i] = 'c'
-    else
-      codes[i] = int(result)
-      changed = changed or result ~= 0
-    end
-  end
-  return table.concat(codes), changed
-end
-
--- A second execution of ops: `finish_all` ran them again, which changes
--- nothing where the first execution applied them or found their lease lost
--- (neither holds the lease any more), and sends those that needed cron
--- instants on as the first did; the first execution's results replace its
--- own, but for those.
-local function first_results(results, codes)
-  for i = 1, #codes do
-    local code = string.sub(codes, i, i)
-    if code ~= 'c' then results[i] = tonumber(code) end
-  end
-end
