@@ -645,6 +645,115 @@ mod cluster {
         assert_eq!((stats.pending, stats.dead), (1, 0), "{stats:?}");
     }
 
+    /// The sha of a script made of the prelude, `libs` and `name`, as the
+    /// crate composes it: a pattern that only that script's calls carry.
+    fn sha_of(libs: &[&str], name: &str) -> String {
+        let mut files = vec!["lib/prelude.lua".to_owned()];
+        files.extend(libs.iter().map(|l| format!("lib/{l}.lua")));
+        files.push(format!("{name}.lua"));
+        let files: Vec<&str> = files.iter().map(String::as_str).collect();
+        common::redis_queue::script_sha(&files)
+    }
+
+    /// `pause` and `resume` sent twice: each second execution found the
+    /// state the first set and answered `false` ("it was so already").
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_a_cluster_a_pause_and_a_resume_cut_after_they_ran_answer_changed() {
+        let (cluster, proxy, q) = cluster_through_proxy("cut-pause").await;
+        assert!(!q.resume().await.unwrap()); // loads the pause script
+        let sha = sha_of(&["check_all", "now_ms", "requests"], "pause");
+        let cut = Cut::arm(&cluster, &proxy, sha.as_bytes());
+        let paused = within("pause", q.pause()).await.unwrap();
+        cut.ran_twice("the pause");
+        assert!(paused, "a pause that paused answered false");
+        assert!(q.is_paused().await.unwrap());
+        let cut = Cut::arm(&cluster, &proxy, sha.as_bytes());
+        let resumed = within("resume", q.resume()).await.unwrap();
+        cut.ran_twice("the resume");
+        assert!(resumed, "a resume that resumed answered false");
+        assert!(!q.is_paused().await.unwrap());
+    }
+
+    /// `run_now` sent twice moved the tick twice (a second sequence value);
+    /// the caller is told it ran.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_a_cluster_a_run_now_cut_after_it_ran_moves_the_tick_once() {
+        let (cluster, proxy, q) = cluster_through_proxy("cut-run-now").await;
+        assert!(!q.run_now("absent").await.unwrap()); // loads the reset script
+        assert!(
+            q.schedule_every("sweep", HOUR, MissedTicks::Skip, &1)
+                .await
+                .unwrap()
+        );
+        let before = seq(&cluster, &proxy, "cut-run-now");
+        let cut = Cut::arm(&cluster, &proxy, b"sweep");
+        let ran = within("run_now", q.run_now("sweep")).await.unwrap();
+        cut.ran_twice("run_now");
+        assert!(ran, "a run_now that moved the tick answered false");
+        assert_eq!(
+            seq(&cluster, &proxy, "cut-run-now") - before,
+            1,
+            "the tick was moved twice"
+        );
+        let d = within("take", q.take()).await.unwrap();
+        assert_eq!(d.id(), "sweep", "the tick is due now");
+    }
+
+    /// Makes `ids` dead letters of `q` (max_attempts 1: one failed run).
+    async fn dead_letters(q: &RedisQueue<u64>, ids: &[&str]) {
+        for id in ids {
+            assert!(q.insert_with_id(id, &1, Duration::ZERO).await.unwrap());
+        }
+        let worker = Worker::builder(q.clone())
+            .concurrency(1)
+            .spawn(|_job: Job<u64>| async { Err::<(), _>("fails") });
+        let give_up = Instant::now() + ms(10_000);
+        while q.stats().await.unwrap().dead < ids.len() as u64 {
+            assert!(Instant::now() < give_up, "no dead letters");
+            sleep(ms(20)).await;
+        }
+        worker.shutdown(ms(1000)).await;
+    }
+
+    /// `requeue_all_dead` sent twice: the second execution found no dead
+    /// letter and answered 0; each entry is back once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_a_cluster_a_requeue_all_dead_cut_after_it_ran_puts_back_once() {
+        let (cluster, proxy, q) = cluster_through_proxy("cut-requeue-all").await;
+        assert_eq!(q.requeue_all_dead(HOUR).await.unwrap(), 0); // loads the script
+        dead_letters(&q, &["d1", "d2"]).await;
+        let before = seq(&cluster, &proxy, "cut-requeue-all");
+        let sha = sha_of(&["check_all", "now_ms", "place", "requests"], "dead_all");
+        let cut = Cut::arm(&cluster, &proxy, sha.as_bytes());
+        let back = within("requeue_all_dead", q.requeue_all_dead(HOUR))
+            .await
+            .unwrap();
+        cut.ran_twice("requeue_all_dead");
+        assert_eq!(back, 2, "a requeue_all_dead that put two back answered");
+        assert_eq!(
+            seq(&cluster, &proxy, "cut-requeue-all") - before,
+            2,
+            "the entries were placed twice"
+        );
+        let stats = q.stats().await.unwrap();
+        assert_eq!((stats.pending, stats.dead), (2, 0), "{stats:?}");
+    }
+
+    /// `clear_dead` sent twice: the second execution found nothing to
+    /// delete and answered 0.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_a_cluster_a_clear_dead_cut_after_it_ran_answers_the_count() {
+        let (cluster, proxy, q) = cluster_through_proxy("cut-clear-dead").await;
+        assert_eq!(q.clear_dead().await.unwrap(), 0); // loads the script
+        dead_letters(&q, &["d1", "d2", "d3"]).await;
+        let sha = sha_of(&["check_all", "now_ms", "place", "requests"], "dead_all");
+        let cut = Cut::arm(&cluster, &proxy, sha.as_bytes());
+        let cleared = within("clear_dead", q.clear_dead()).await.unwrap();
+        cut.ran_twice("clear_dead");
+        assert_eq!(cleared, 3, "a clear_dead that deleted three answered");
+        assert_eq!(q.stats().await.unwrap(), RedisStats::default());
+    }
+
     /// A purge sent twice deletes what was written between its two
     /// executions too, as one purge at the later moment would (the call had
     /// not returned); afterwards the queue has no key left.

@@ -157,7 +157,12 @@
 //!     [`schedule_every`](RedisQueue::schedule_every),
 //!     `schedule_cron` and
 //!     [`unschedule`](RedisQueue::unschedule) return the first's answer
-//!     (an ack that applied says so, not "lease lost").
+//!     (an ack that applied says so, not "lease lost");
+//!   - [`pause`](RedisQueue::pause), [`resume`](RedisQueue::resume),
+//!     [`run_now`](RedisQueue::run_now) (which moves the tick once),
+//!     [`requeue_all_dead`](RedisQueue::requeue_all_dead) and
+//!     [`clear_dead`](RedisQueue::clear_dead) (which return the first's
+//!     count, not 0) likewise.
 //!
 //!   A write that changed nothing (a remove of an absent id, an
 //!   `insert_with_id` of a taken one, a claim that found nothing due and
