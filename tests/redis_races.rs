@@ -611,21 +611,7 @@ mod cluster {
     async fn on_a_cluster_a_requeue_dead_cut_after_it_ran_puts_back_once() {
         let (cluster, proxy, q) = cluster_through_proxy("cut-requeue").await;
         assert!(!q.requeue_dead("absent", HOUR).await.unwrap()); // loads the script
-        assert!(
-            q.insert_with_id("dead-one", &1, Duration::ZERO)
-                .await
-                .unwrap()
-        );
-        // One failed attempt is all it has (max_attempts 1).
-        let worker = Worker::builder(q.clone())
-            .concurrency(1)
-            .spawn(|_job: Job<u64>| async { Err::<(), _>("fails") });
-        let give_up = Instant::now() + ms(10_000);
-        while q.stats().await.unwrap().dead == 0 {
-            assert!(Instant::now() < give_up, "no dead letter");
-            sleep(ms(20)).await;
-        }
-        worker.shutdown(ms(1000)).await;
+        dead_letters(&q, &["dead-one"]).await;
         let before = seq(&cluster, &proxy, "cut-requeue");
         let cut = Cut::arm(&cluster, &proxy, b"dead-one");
         let back = within("requeue_dead", q.requeue_dead("dead-one", HOUR))
