@@ -219,7 +219,7 @@ async fn a_recovered_take_many_keeps_fifo_order() {
 mod cluster {
     use super::*;
     use common::redis_cluster::RedisCluster;
-    use common::redis_queue::HOUR;
+    use common::redis_queue::{HOUR, lua_sha};
     use punctual::MissedTicks;
     use punctual::redis::RedisStats;
 
@@ -631,23 +631,13 @@ mod cluster {
         assert_eq!((stats.pending, stats.dead), (1, 0), "{stats:?}");
     }
 
-    /// The sha of a script made of the prelude, `libs` and `name`, as the
-    /// crate composes it: a pattern that only that script's calls carry.
-    fn sha_of(libs: &[&str], name: &str) -> String {
-        let mut files = vec!["lib/prelude.lua".to_owned()];
-        files.extend(libs.iter().map(|l| format!("lib/{l}.lua")));
-        files.push(format!("{name}.lua"));
-        let files: Vec<&str> = files.iter().map(String::as_str).collect();
-        common::redis_queue::script_sha(&files)
-    }
-
     /// `pause` and `resume` sent twice: each second execution found the
     /// state the first set and answered `false` ("it was so already").
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn on_a_cluster_a_pause_and_a_resume_cut_after_they_ran_answer_changed() {
         let (cluster, proxy, q) = cluster_through_proxy("cut-pause").await;
         assert!(!q.resume().await.unwrap()); // loads the pause script
-        let sha = sha_of(&["check_all", "now_ms", "requests"], "pause");
+        let sha = lua_sha("pause", &["check_all", "now_ms", "requests"]);
         let cut = Cut::arm(&cluster, &proxy, sha.as_bytes());
         let paused = within("pause", q.pause()).await.unwrap();
         cut.ran_twice("the pause");
@@ -709,7 +699,7 @@ mod cluster {
         assert_eq!(q.requeue_all_dead(HOUR).await.unwrap(), 0); // loads the script
         dead_letters(&q, &["d1", "d2"]).await;
         let before = seq(&cluster, &proxy, "cut-requeue-all");
-        let sha = sha_of(&["check_all", "now_ms", "place", "requests"], "dead_all");
+        let sha = lua_sha("dead_all", &["check_all", "now_ms", "place", "requests"]);
         let cut = Cut::arm(&cluster, &proxy, sha.as_bytes());
         let back = within("requeue_all_dead", q.requeue_all_dead(HOUR))
             .await
@@ -732,7 +722,7 @@ mod cluster {
         let (cluster, proxy, q) = cluster_through_proxy("cut-clear-dead").await;
         assert_eq!(q.clear_dead().await.unwrap(), 0); // loads the script
         dead_letters(&q, &["d1", "d2", "d3"]).await;
-        let sha = sha_of(&["check_all", "now_ms", "place", "requests"], "dead_all");
+        let sha = lua_sha("dead_all", &["check_all", "now_ms", "place", "requests"]);
         let cut = Cut::arm(&cluster, &proxy, sha.as_bytes());
         let cleared = within("clear_dead", q.clear_dead()).await.unwrap();
         cut.ran_twice("clear_dead");
@@ -751,8 +741,7 @@ mod cluster {
             .await
             .unwrap();
         assert!(q.remove("absent").await.is_ok());
-        let sha =
-            common::redis_queue::script_sha(&["lib/prelude.lua", "lib/check_all.lua", "purge.lua"]);
+        let sha = lua_sha("purge", &["check_all"]);
         let cut = Cut::arm(&cluster, &proxy, sha.as_bytes());
         within("purge", q.purge()).await.unwrap();
         cut.ran_twice("the purge");

@@ -148,16 +148,20 @@ pub fn finish(child: &mut Child, patience: Duration) -> (ExitStatus, String, Str
 /// The SHA1 of the claim script as `src/redis/scripts.rs` assembles it (a
 /// proxy matches a claim by it: a request carries the script's SHA only).
 pub fn claim_sha() -> String {
-    script_sha(&[
-        "lib/prelude.lua",
-        "lib/now_ms.lua",
-        "lib/place.lua",
-        "lib/held.lua",
-        "lib/ticks.lua",
-        "lib/finish.lua",
-        "lib/requests.lua",
-        "claim.lua",
-    ])
+    lua_sha(
+        "claim",
+        &["now_ms", "place", "held", "ticks", "finish", "requests"],
+    )
+}
+
+/// The SHA1 of script `name` as `src/redis/scripts.rs`'s `lua!` composes
+/// it: the prelude, then `libs` (under `lib/`), then the script.
+pub fn lua_sha(name: &str, libs: &[&str]) -> String {
+    let mut files = vec!["lib/prelude.lua".to_owned()];
+    files.extend(libs.iter().map(|l| format!("lib/{l}.lua")));
+    files.push(format!("{name}.lua"));
+    let files: Vec<&str> = files.iter().map(String::as_str).collect();
+    script_sha(&files)
 }
 
 /// The SHA1 of the script made of `files` (under `src/redis/scripts/`), in
