@@ -121,6 +121,37 @@ common::stores::on_every_store! {
         assert!(q.entries(EntryState::Leased, None, 10).await.unwrap().entries.is_empty());
     }
 
+    /// A cursor of a queue of the same name elsewhere (another memory
+    /// queue, another Redis server, another PostgreSQL schema) is refused,
+    /// not read as a place in this queue (which would skip entries), and
+    /// so is one of a queue whose name differs.
+    #[tokio::test]
+    async fn a_cursor_of_a_queue_of_the_same_name_elsewhere_is_invalid() {
+        let (here, there) = (Store::start(), Store::start());
+        let a: Q<u64> = here.open("same").await;
+        let b: Q<u64> = there.open("same").await;
+        for n in 0..6 {
+            a.insert(&n, HOUR + ms(n)).await.unwrap();
+            b.insert(&n, HOUR + ms(n)).await.unwrap();
+        }
+        let cursor = a.entries(EntryState::Pending, None, 2).await.unwrap().next.unwrap();
+        assert!(
+            matches!(b.entries(EntryState::Pending, Some(&cursor), 2).await, Err(Error::InvalidId(_))),
+            "{STORE}: another store's queue of the same name took the cursor"
+        );
+        let rest = a.entries(EntryState::Pending, Some(&cursor), 10).await.unwrap();
+        assert_eq!(rest.entries.len(), 4, "{STORE}: its own queue reads on");
+        // Names tried one after another never share a cursor.
+        for n in 0..20 {
+            let other: Q<u64> = here.open(&format!("q{n}")).await;
+            other.insert(&0, HOUR).await.unwrap();
+            assert!(
+                matches!(other.entries(EntryState::Pending, Some(&cursor), 2).await, Err(Error::InvalidId(_))),
+                "{STORE}: queue q{n} took the cursor of queue \"same\""
+            );
+        }
+    }
+
     /// What `entry` and `entries` say of an entry in each state, and of a
     /// value that does not decode.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

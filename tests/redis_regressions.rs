@@ -320,3 +320,38 @@ async fn an_earlier_insert_ends_a_wait_that_trusted_the_last_claim() {
     got.sort_unstable();
     assert_eq!(got, [3, 4]);
 }
+
+/// One insert too large for the server (`proto-max-bulk-len`) among 40 made
+/// at once, which go to the server together: it fails alone, and every
+/// other caller gets its own answer (inserted), as on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_oversize_insert_fails_only_its_own_caller() {
+    let server = RedisServer::start_with_args(&["--proto-max-bulk-len", "1mb"]);
+    let q: RedisQueue<String> = RedisQueue::builder("oversize")
+        .url(&server.url())
+        .build()
+        .await
+        .unwrap();
+    let big = "x".repeat(1_200_000);
+    let calls = (0..40).map(|n| {
+        let q = q.clone();
+        let value = if n == 7 {
+            big.clone()
+        } else {
+            format!("small {n}")
+        };
+        async move { q.insert(&value, Duration::from_secs(60)).await }
+    });
+    let answers = futures::future::join_all(calls).await;
+    for (n, answer) in answers.iter().enumerate() {
+        if n == 7 {
+            assert!(answer.is_err(), "the oversize insert was accepted");
+        } else {
+            assert!(
+                answer.is_ok(),
+                "insert {n} failed with the oversize one: {answer:?}"
+            );
+        }
+    }
+    assert_eq!(q.stats().await.unwrap().pending, 39);
+}

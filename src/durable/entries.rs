@@ -144,31 +144,53 @@ impl FromStr for Cursor {
 }
 
 /// A cursor's content: after (`score`, `tie`) in `state` of the queue
-/// whose check is `queue`. `tie` orders entries of one score: a sequence
-/// number, or a Redis sorted set's member.
+/// `queue` names. `tie` orders entries of one score: a sequence number, or
+/// a Redis sorted set's member. `queue` is the queue's whole identity
+/// ([`At::queue`]), carried as it is rather than hashed, so no two queues
+/// share one (a hash of a few bytes could be made to collide by trying
+/// names).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct At {
     pub(crate) state: EntryState,
     pub(crate) score: u64,
     pub(crate) tie: String,
-    queue: u32,
+    queue: String,
+}
+
+/// `bytes` as lower-case hex.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of lower-case or upper-case hex `text`, if it is hex.
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 impl At {
-    /// A cursor after (`score`, `tie`) in `state` of queue `name` of store
-    /// `store`.
-    pub(crate) fn cursor(
-        store: &str,
-        name: &str,
-        state: EntryState,
-        score: u64,
-        tie: &str,
-    ) -> Cursor {
-        let hex: String = tie.bytes().map(|b| format!("{b:02x}")).collect();
+    /// The identity of queue `name` of store `store` held by `instance`:
+    /// what tells it from every other queue, in every process. `instance`
+    /// names the store instance: the memory queue object, the Redis
+    /// queue's own id kept with its keys, the PostgreSQL server, database
+    /// and schema.
+    pub(crate) fn queue(store: &str, name: &str, instance: &str) -> String {
+        format!("{store}\0{name}\0{instance}")
+    }
+
+    /// A cursor after (`score`, `tie`) in `state` of the queue whose
+    /// identity is `queue`.
+    pub(crate) fn cursor(queue: &str, state: EntryState, score: u64, tie: &str) -> Cursor {
         Cursor(format!(
-            "1{}.{score}.{hex}.{:08x}",
+            "2{}.{score}.{}.{}",
             state.code(),
-            queue_check(store, name)
+            hex(tie.as_bytes()),
+            hex(queue.as_bytes())
         ))
     }
 
@@ -177,43 +199,36 @@ impl At {
         let mut parts = s.split('.');
         let head = parts.next().ok_or_else(bad)?;
         let state = head
-            .strip_prefix('1')
+            .strip_prefix('2')
             .and_then(EntryState::of_code)
             .ok_or_else(bad)?;
         let score = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
-        let hex = parts.next().ok_or_else(bad)?;
-        let queue = parts
-            .next()
-            .filter(|q| q.len() == 8)
-            .and_then(|q| u32::from_str_radix(q, 16).ok())
-            .ok_or_else(bad)?;
-        if parts.next().is_some() || hex.len() % 2 != 0 {
+        let tie = parts.next().and_then(unhex).ok_or_else(bad)?;
+        let queue = parts.next().and_then(unhex).ok_or_else(bad)?;
+        if parts.next().is_some() {
             return Err(bad());
         }
-        let bytes = (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-            .collect::<Option<Vec<u8>>>()
-            .ok_or_else(bad)?;
-        let tie = String::from_utf8(bytes).map_err(|_| bad())?;
         Ok(At {
             state,
             score,
-            tie,
-            queue,
+            tie: String::from_utf8(tie).map_err(|_| bad())?,
+            queue: String::from_utf8(queue).map_err(|_| bad())?,
         })
     }
 
-    /// What `cursor` says, if it is one of `state` of queue `name` of
-    /// `store`; else why not.
-    pub(crate) fn of(
-        cursor: &Cursor,
-        store: &str,
-        name: &str,
-        state: EntryState,
-    ) -> Result<At, String> {
+    /// The instance part of `cursor`'s queue identity, if that identity
+    /// starts with `prefix` (`At::queue(store, name, "")`): for a store
+    /// that checks the instance itself.
+    pub(crate) fn instance_in(cursor: &Cursor, prefix: &str) -> Option<String> {
+        let at = At::parse(&cursor.0).ok()?;
+        at.queue.strip_prefix(prefix).map(str::to_owned)
+    }
+
+    /// What `cursor` says, if it is one of `state` of the queue whose
+    /// identity is `queue`; else why not.
+    pub(crate) fn of(cursor: &Cursor, queue: &str, state: EntryState) -> Result<At, String> {
         let at = At::parse(&cursor.0).map_err(|e| e.0)?;
-        if at.queue != queue_check(store, name) {
+        if at.queue != queue {
             return Err(format!("cursor {cursor} is another queue's"));
         }
         if at.state != state {
@@ -271,45 +286,40 @@ impl Row {
 /// The most entries one page holds.
 pub(crate) const MAX_PAGE: usize = 1000;
 
-/// FNV-1a of `store` and `name`: the same in every process and release, so
-/// a cursor made by one process (a dashboard) works in another.
-fn queue_check(store: &str, name: &str) -> u32 {
-    let mut hash: u32 = 0x811c_9dc5;
-    for byte in store.bytes().chain([0]).chain(name.bytes()) {
-        hash ^= u32::from(byte);
-        hash = hash.wrapping_mul(0x0100_0193);
-    }
-    hash
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn cursors_read_back_and_belong_to_one_state_of_one_queue() {
-        let c = At::cursor(
-            "memory",
-            "jobs",
-            EntryState::Due,
-            1_700_000_000_000,
-            "#12 é",
-        );
+        let jobs = At::queue("memory", "jobs", "a1");
+        let c = At::cursor(&jobs, EntryState::Due, 1_700_000_000_000, "#12 é");
         let text = c.to_string();
         let back: Cursor = text.parse().unwrap();
         assert_eq!(back, c);
-        let at = At::of(&back, "memory", "jobs", EntryState::Due).unwrap();
+        let at = At::of(&back, &jobs, EntryState::Due).unwrap();
         assert_eq!((at.score, at.tie.as_str()), (1_700_000_000_000, "#12 é"));
-        assert!(At::of(&back, "memory", "other", EntryState::Due).is_err());
-        assert!(At::of(&back, "redis", "jobs", EntryState::Due).is_err());
-        assert!(At::of(&back, "memory", "jobs", EntryState::Dead).is_err());
+        for other in [
+            At::queue("memory", "other", "a1"),
+            At::queue("redis", "jobs", "a1"),
+            At::queue("memory", "jobs", "a2"),
+            // The parts cannot run into each other.
+            At::queue("memory", "jobs\0a1", ""),
+        ] {
+            assert!(At::of(&back, &other, EntryState::Due).is_err(), "{other:?}");
+        }
+        assert!(At::of(&back, &jobs, EntryState::Dead).is_err());
         for bad in [
             "",
             "x",
-            "1d.1.00",
-            "1q.1.00.00000000",
-            "1d.x.00.00000000",
-            "1d.1.0.00000000",
+            "2d.1.00",
+            "2q.1.00.00",
+            "2d.x.00.00",
+            "2d.1.0.00",
+            "2d.1.00.0",
+            "2d.1.00.00.00",
+            // The hashed form of earlier releases.
+            "1d.1.00.00000000",
         ] {
             assert!(bad.parse::<Cursor>().is_err(), "{bad:?}");
         }

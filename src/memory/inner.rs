@@ -26,6 +26,10 @@ pub(crate) const NAP: Duration = Duration::from_secs(3600);
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) name: String,
+    /// What tells this queue from every other, in cursors: a token no
+    /// other queue of any process has (two queues built with one name are
+    /// two queues).
+    pub(crate) identity: String,
     pub(crate) clock: Clock,
     state: Mutex<State>,
     pub(crate) waiter: Waiter,
@@ -44,7 +48,9 @@ pub(crate) struct Claim {
 
 impl Inner {
     pub(crate) fn new(name: String, clock: Clock) -> Inner {
+        let instance = crate::durable::store::new_token();
         Inner {
+            identity: crate::durable::At::queue("memory", &name, &instance),
             name,
             clock,
             state: Mutex::new(State::default()),
@@ -89,7 +95,10 @@ impl Inner {
                 .map(|op| apply(state, op, now, rules, moved))
                 .collect();
             let (items, more) = state.claim(now, max, lease, rules, &token, moved);
-            let next_due = match state.head() {
+            // Paused, no head is reported (as on the other stores): a
+            // consumer naps until `resume` announces itself, rather than
+            // claiming again at once because the head is due.
+            let next_due = match state.head().filter(|_| !state.paused) {
                 Some(head) => self.clock.instant_at(head),
                 None => crate::queue::deadline_after(Instant::now(), NAP),
             };

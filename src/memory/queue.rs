@@ -585,7 +585,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
         let after = match cursor {
             None => None,
             Some(cursor) => {
-                let at = At::of(cursor, STORE, self.name(), state).map_err(Error::InvalidId)?;
+                let at = At::of(cursor, &self.inner.identity, state).map_err(Error::InvalidId)?;
                 let seq = at.tie.parse().map_err(|_| {
                     Error::InvalidId(format!("cursor {cursor} is not a memory queue's"))
                 })?;
@@ -604,8 +604,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
             .read(|state_, now| state_.page(state, after, limit, now));
         let next = seen.last().filter(|_| more).map(|last| {
             At::cursor(
-                STORE,
-                self.name(),
+                &self.inner.identity,
                 state,
                 last.key.0,
                 &last.key.1.to_string(),
@@ -745,6 +744,3 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
         )
     }
 }
-
-/// The store's name in cursors.
-const STORE: &str = "memory";

@@ -14,6 +14,7 @@ use super::inner::{Inner, timed_out};
 use super::queue::PgQueue;
 use super::sql::{self, Statements};
 use super::tls;
+use crate::durable::At;
 use crate::durable::ops::Retention;
 
 /// Builds a [`PgQueue`]: `PgQueue::builder(name)`, then the settings, then
@@ -210,8 +211,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueueBuilder<T> 
         )
         .await?;
         let statements = Statements::new(&self.schema);
-        let channel: String = bounded(limit, "naming the channel", async {
-            sqlx::query_scalar(&statements.channel)
+        // The channel, and the server and database, which with the schema
+        // tell this queue from every other in cursors.
+        let (channel, server): (String, String) = bounded(limit, "naming the channel", async {
+            sqlx::query_as(&statements.channel)
                 .bind(&self.schema)
                 .bind(&self.name)
                 .fetch_one(&pool)
@@ -219,7 +222,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueueBuilder<T> 
                 .map_err(Error::Database)
         })
         .await?;
+        let identity = At::queue("postgres", &self.name, &format!("{server}/{}", self.schema));
         Ok(PgQueue::from_inner(Inner::new(
+            identity,
             self.name,
             pool,
             statements,

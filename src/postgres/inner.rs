@@ -32,6 +32,9 @@ use crate::queue::deadline_after;
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) name: String,
+    /// What tells this queue from every other, in cursors: its name, the
+    /// server (`system_identifier`), database and schema.
+    pub(crate) identity: String,
     pub(crate) pool: PgPool,
     pub(crate) sql: Statements,
     /// The `LISTEN` channel of the queue.
@@ -164,6 +167,7 @@ impl Inner {
     // (A constructor of the fields it is given, one each.)
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
+        identity: String,
         name: String,
         pool: PgPool,
         sql: Statements,
@@ -175,6 +179,7 @@ impl Inner {
         response_timeout: Duration,
     ) -> Inner {
         Inner {
+            identity,
             name,
             pool,
             sql,

@@ -13,9 +13,6 @@ use super::inner::{call, millis};
 use super::queue::PgQueue;
 use crate::durable::{At, Cursor, EntryInfo, EntryState, MAX_PAGE, Page, Row};
 
-/// The store's name in cursors.
-const STORE: &str = "postgres";
-
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// One page of the entries in `state`, in delivery order (`Pending`,
     /// `Due`: by due time, FIFO on ties; `Leased`: by lease end; `Dead`:
@@ -54,7 +51,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         let (score, seq) = match cursor {
             None => (-1, -1),
             Some(cursor) => {
-                let at = At::of(cursor, STORE, self.name(), state).map_err(Error::InvalidId)?;
+                let at = At::of(cursor, &self.inner().identity, state).map_err(Error::InvalidId)?;
                 let seq: i64 = at.tie.parse().map_err(|_| {
                     Error::InvalidId(format!("cursor {cursor} is not a PostgreSQL queue's"))
                 })?;
@@ -109,8 +106,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         }
         let next = last.filter(|_| more).map(|(score, seq)| {
             At::cursor(
-                STORE,
-                self.name(),
+                &self.inner().identity,
                 state,
                 u64::try_from(score).unwrap_or(0),
                 &seq.to_string(),

@@ -72,7 +72,10 @@ impl Statements {
             purge: format!("SELECT {s}.purge($1)"),
             schedule: format!("SELECT * FROM {s}.schedule($1, $2, $3, $4, $5, $6)"),
             schedules: format!("SELECT * FROM {s}.schedules($1)"),
-            channel: "SELECT 'punctual_' || md5($1 || '.' || $2)".to_owned(),
+            channel: "SELECT 'punctual_' || md5($1 || '.' || $2), \
+                (SELECT system_identifier::text FROM pg_control_system()) || '/' || \
+                (SELECT oid::text FROM pg_database WHERE datname = current_database())"
+                .to_owned(),
             now: format!("SELECT {s}.now_ms()"),
             pause: format!("SELECT {s}.pause($1, $2, $3)"),
             paused: format!(

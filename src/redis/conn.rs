@@ -239,6 +239,35 @@ impl Conn {
         }
     }
 
+    /// Runs a script on a connection of its own, opened for it and closed
+    /// after: for a request the server may refuse to read (one holding a
+    /// value over its `proto-max-bulk-len`), which makes it close the
+    /// connection under every request in flight on it. (On a cluster, as
+    /// `run`.)
+    pub(crate) async fn run_apart<R: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<R, Error> {
+        match &self.link {
+            Link::Single(single) => {
+                let reply = tokio::time::timeout(self.response_timeout, async {
+                    let mut conn = single
+                        .client
+                        .get_multiplexed_async_connection_with_config(&single.config)
+                        .await?;
+                    invocation.invoke_async(&mut conn).await
+                })
+                .await;
+                match reply {
+                    Ok(reply) => reply.map_err(Error::Redis),
+                    Err(_) => Err(Error::Redis(timed_out(self.response_timeout))),
+                }
+            }
+            #[cfg(feature = "redis-cluster")]
+            Link::Cluster(_) => self.run(invocation).await,
+        }
+    }
+
     /// Runs a script, waiting for its reply up to the response timeout.
     pub(crate) async fn run<R: FromRedisValue>(
         &self,
@@ -342,10 +371,17 @@ impl Conn {
                 // primary in a failover; a new connection may reach the new
                 // primary (behind a DNS name or a proxy).
                 let demoted = matches!(error.code(), Some("READONLY" | "MASTERDOWN"));
+                // A request the server could not read (a value over its
+                // `proto-max-bulk-len`): it closes the connection.
+                let unreadable = error.code() == Some("ERR")
+                    && error
+                        .detail()
+                        .is_some_and(|d| d.starts_with("Protocol error"));
                 if error.is_unrecoverable_error()
                     || error.is_io_error()
                     || error.is_timeout()
                     || demoted
+                    || unreadable
                 {
                     self.retire(number);
                 }

@@ -159,14 +159,45 @@ impl Inner {
         }
     }
 
-    /// Inserts `puts` in one script: for each, whether it was inserted
-    /// (`false`: its id was taken) and its id; an error is each one's.
+    /// Inserts `puts` in one script run, each with its own answer. A batch
+    /// that the server answered with an error reply wrote nothing (each
+    /// script checks before its first write; a request the server refused
+    /// to read, such as one holding a value over its `proto-max-bulk-len`,
+    /// never ran): it is sent again one insert at a time, so one bad entry
+    /// fails only its own caller. Any other error (a lost reply, one that
+    /// does not parse) may come after the script ran: each caller gets it.
     pub(crate) async fn insert_batch(&self, puts: Vec<Put>) -> Vec<Result<(bool, String), Error>> {
+        match self.insert_run(&puts, false).await {
+            Ok(reply) => reply.into_iter().map(Ok).collect(),
+            Err(Error::Redis(e)) if puts.len() > 1 && e.code().is_some() => {
+                let alone = puts
+                    .chunks(1)
+                    .map(|put| async move { self.insert_run(put, false).await });
+                futures::future::join_all(alone)
+                    .await
+                    .into_iter()
+                    .map(|reply| reply.map(|mut reply| reply.remove(0)))
+                    .collect()
+            }
+            Err(error) => puts.iter().map(|_| Err(error.again())).collect(),
+        }
+    }
+
+    /// Inserts `put` alone, on a connection of its own (see
+    /// `Conn::run_apart`): a value the server may refuse to read.
+    pub(crate) async fn insert_apart(&self, put: Put) -> Result<(bool, String), Error> {
+        let mut reply = self.insert_run(std::slice::from_ref(&put), true).await?;
+        Ok(reply.remove(0))
+    }
+
+    /// One run of the insert script for `puts`, on a connection of its own
+    /// if `apart`: `(inserted, id)` for each, in order.
+    async fn insert_run(&self, puts: &[Put], apart: bool) -> Result<Vec<(bool, String)>, Error> {
         let mut invocation = self.script(&SCRIPTS.insert);
         invocation.arg(&self.keys.channel);
         self.identify(&mut invocation);
         invocation.arg(puts.len());
-        for put in &puts {
+        for put in puts {
             invocation
                 .arg(&put.id)
                 .arg(&put.json)
@@ -174,22 +205,21 @@ impl Inner {
                 .arg(put.ms);
         }
         // {inserted, id, ...}, in order.
-        match self.run::<Vec<(bool, String)>>(&invocation).await {
-            Ok(reply) if reply.len() == puts.len() => {
-                let inserted = reply.iter().filter(|(inserted, _)| *inserted).count();
-                crate::durable::metrics::inserted("redis", &self.name, "insert", inserted as u64);
-                reply.into_iter().map(Ok).collect()
-            }
-            Ok(reply) => {
-                let error = Error::Redis(redis::RedisError::from((
-                    redis::ErrorKind::Parse,
-                    "the insert script answered for another number of entries",
-                    format!("{} for {}", reply.len(), puts.len()),
-                )));
-                puts.iter().map(|_| Err(error.again())).collect()
-            }
-            Err(error) => puts.iter().map(|_| Err(error.again())).collect(),
+        let reply: Vec<(bool, String)> = if apart {
+            self.conn.run_apart(&invocation).await?
+        } else {
+            self.run(&invocation).await?
+        };
+        if reply.len() != puts.len() {
+            return Err(Error::Redis(redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "the insert script answered for another number of entries",
+                format!("{} for {}", reply.len(), puts.len()),
+            ))));
         }
+        let inserted = reply.iter().filter(|(inserted, _)| *inserted).count();
+        crate::durable::metrics::inserted("redis", &self.name, "insert", inserted as u64);
+        Ok(reply)
     }
 
     /// An invocation of `script` with the queue's keys.

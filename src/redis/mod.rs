@@ -72,7 +72,7 @@
 //! | key | type | contents |
 //! |---|---|---|
 //! | `punctual:{name}:schedule` | sorted set | member `<seq><id>`, score: due time, or end of the lease while leased (ms since the Unix epoch, server clock) |
-//! | `punctual:{name}:entries` | hash | `m:<id>` → the entry's record; `v:<id>` → its value as JSON (serde_json); `r:<id>` → why its last attempt failed (kept until it is acked), or why a dead letter died; `paused` → since when (ms) the queue is paused, while it is |
+//! | `punctual:{name}:entries` | hash | `m:<id>` → the entry's record; `v:<id>` → its value as JSON (serde_json); `r:<id>` → why its last attempt failed (kept until it is acked), or why a dead letter died; `paused` → since when (ms) the queue is paused, while it is; `instance` → the queue's own id, made by the first page of [`entries`](RedisQueue::entries) that needs a cursor (a cursor carries it, so a cursor of a queue of the same name on another server is refused) |
 //! | `punctual:{name}:leases` | sorted set | id → end of its lease, for leased entries |
 //! | `punctual:{name}:dead` | sorted set | id → when it died, for dead letters |
 //! | `punctual:{name}:seq` | string | the sequence counter |

@@ -14,9 +14,6 @@ use super::queue::RedisQueue;
 use super::scripts::SCRIPTS;
 use crate::durable::{At, Cursor, EntryInfo, EntryState, MAX_PAGE, Page, Row};
 
-/// The store's name in cursors.
-const STORE: &str = "redis";
-
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// One page of the entries in `state`, in delivery order (`Pending`,
     /// `Due`: by due time, FIFO on ties; `Leased`: by lease end; `Dead`:
@@ -52,11 +49,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         cursor: Option<&Cursor>,
         limit: usize,
     ) -> Result<Page<T>, Error> {
+        // The store checks the cursor's queue id: it is kept with the
+        // queue's keys, on its server.
         let after = match cursor {
             None => None,
-            Some(cursor) => {
-                Some(At::of(cursor, STORE, self.name(), state).map_err(Error::InvalidId)?)
-            }
+            Some(cursor) => Some(instance_of(cursor, self.name(), state)?),
         };
         if limit == 0 {
             return Ok(Page {
@@ -74,14 +71,23 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let mut invocation = self.inner().script(&SCRIPTS.entries);
         invocation.arg(code);
         match &after {
-            Some(at) => invocation.arg(at.score).arg(&at.tie),
-            None => invocation.arg(-1).arg(""),
+            Some((at, instance)) => invocation.arg(at.score).arg(&at.tie).arg(instance),
+            None => invocation.arg(-1).arg("").arg(""),
         };
-        invocation.arg(limit);
+        invocation
+            .arg(limit)
+            .arg(crate::durable::store::new_token().as_ref());
         let reply: Vec<Value> = self.inner().run(&invocation).await?;
         let mut reply = reply.into_iter();
         let _now: i64 = parse(reply.next().unwrap_or(Value::Nil))?;
         let more: i64 = parse(reply.next().unwrap_or(Value::Nil))?;
+        if more < 0 {
+            let cursor = cursor.map(ToString::to_string).unwrap_or_default();
+            return Err(Error::InvalidId(format!(
+                "cursor {cursor} is another queue's"
+            )));
+        }
+        let instance: String = parse(reply.next().unwrap_or(Value::Nil))?;
         let mut rows = Vec::new();
         let mut last = None;
         for item in reply {
@@ -96,9 +102,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             last = Some((score, member));
             rows.push(row(id, state, score, &record, value, reason));
         }
-        let next = last
-            .filter(|_| more == 1)
-            .map(|(score, member)| At::cursor(STORE, self.name(), state, score, &member));
+        let next = last.filter(|_| more == 1).map(|(score, member)| {
+            At::cursor(&identity(self.name(), &instance), state, score, &member)
+        });
         Ok(Page {
             entries: rows.into_iter().map(Row::info).collect(),
             next,
@@ -268,4 +274,22 @@ fn row(
         reason,
         value,
     }
+}
+
+/// The identity of queue `name` whose own id (kept with its keys) is
+/// `instance`.
+fn identity(name: &str, instance: &str) -> String {
+    At::queue("redis", name, instance)
+}
+
+/// What `cursor` says and the queue id it was made with, if it is one of
+/// `state` of a queue named `name` (the script checks that id).
+fn instance_of(cursor: &Cursor, name: &str, state: EntryState) -> Result<(At, String), Error> {
+    let text = cursor.to_string();
+    // The id is the last part of the queue's identity: try it against the
+    // identity that id would give.
+    let instance = At::instance_in(cursor, &identity(name, ""))
+        .ok_or_else(|| Error::InvalidId(format!("cursor {text} is another queue's")))?;
+    let at = At::of(cursor, &identity(name, &instance), state).map_err(Error::InvalidId)?;
+    Ok((at, instance))
 }

@@ -20,6 +20,11 @@ use crate::durable::store::{Sealed, Taken};
 use crate::durable::wait::Backoff;
 use crate::queue::deadline_after;
 
+/// A value this long (JSON bytes) or longer is inserted alone, never with
+/// other inserts: the smallest `proto-max-bulk-len` a server may have is
+/// 1 MiB, and a server that cannot read a request closes its connection.
+pub(crate) const ALONE_FROM: usize = 1 << 20;
+
 /// A delay queue kept in Redis, shared by every process that opens it by
 /// name; see the [module docs](super) for its guarantees and key layout.
 ///
@@ -209,6 +214,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             kind,
             ms,
         };
+        if put.json.len() >= ALONE_FROM {
+            // It may be too large for the server, which then drops the
+            // connection while reading the request: sent with others, or
+            // beside them on one connection, it would fail them too.
+            return self.inner.insert_apart(put).await;
+        }
         let inner = Arc::clone(&self.inner);
         let send = move |puts: Vec<Put>| {
             let inner = Arc::clone(&inner);

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 
 use super::error::{Error, check_id};
 use super::inner::{cron_instants, millis, parse, system_time};
-use super::queue::RedisQueue;
+use super::queue::{ALONE_FROM, RedisQueue};
 use super::scripts::SCRIPTS;
 use crate::MissedTicks;
 use crate::durable::{ScheduleInfo, period_ms, policy, spec_of};
@@ -56,7 +56,13 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             invocation.arg("").arg(json).arg("d").arg(millis(*delay));
         }
         // {inserted, id, ...}: the ids, in order.
-        let reply: Vec<(i64, String)> = inner.run(&invocation).await?;
+        // A value the server may refuse to read goes on a connection of
+        // its own (see `RedisQueue::insert`).
+        let reply: Vec<(i64, String)> = if json.iter().any(|j| j.len() >= ALONE_FROM) {
+            inner.conn.run_apart(&invocation).await?
+        } else {
+            inner.run(&invocation).await?
+        };
         crate::durable::metrics::inserted("redis", &inner.name, "insert", reply.len() as u64);
         Ok(reply.into_iter().map(|(_, id)| id).collect())
     }

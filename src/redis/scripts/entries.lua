@@ -1,17 +1,23 @@
 -- ENTRIES: one page of the entries in one state, after a cursor.
 -- KEYS: the queue's eight keys. ARGV: state ('p' pending, 'd' due, 'l'
--- leased, 'x' dead), the cursor's score (-1: from the start) and member
--- (SCHEDULE's for pending and due, the id for leased and dead), limit.
--- Returns {now, more (0/1), {id, score, member, record, value, reason}...}:
--- up to `limit` entries in the state's order (SCHEDULE, or LEASES or DEAD,
--- by score then member), after the cursor. Reads only: a page is a range
--- read of one sorted set, O(limit + log n) but for what it steps over
--- (members tied with the cursor's score; for pending, the leased entries
--- among them, as many as consumers hold).
+-- leased, 'x' dead), the cursor's score (-1: from the start), member
+-- (SCHEDULE's for pending and due, the id for leased and dead) and queue id
+-- (the INSTANCE it was made with), limit, and a new id for the queue should
+-- it have none yet.
+-- Returns {now, more (0/1), instance, {id, score, member, record, value,
+-- reason}...}: up to `limit` entries in the state's order (SCHEDULE, or
+-- LEASES or DEAD, by score then member), after the cursor; or {now, -1}
+-- when the cursor is another queue's (another server's queue of this name,
+-- or this name's before a purge). A page is a range read of one sorted
+-- set, O(limit + log n) but for what it steps over (members tied with the
+-- cursor's score; for pending, the leased entries among them, as many as
+-- consumers hold); its one write gives the queue its id, once.
 local err = check_all()
 if err then return err end
-local state, after, tie, limit = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local state, after, tie, limit = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[5])
 local now = now_ms()
+local instance = redis.call('HGET', ENTRIES, INSTANCE)
+if after >= 0 and ARGV[4] ~= (instance or '') then return {now, -1} end
 
 -- Whether `a` sorts before or at `b` byte by byte, as a sorted set orders
 -- members (Lua's `<=` follows the server's locale).
@@ -75,7 +81,12 @@ if #found > limit then
   more = 1
   found[#found] = nil
 end
-local out = {now, more}
+if more == 1 and not instance then
+  -- A cursor names the queue from now on.
+  instance = ARGV[6]
+  redis.call('HSET', ENTRIES, INSTANCE, instance)
+end
+local out = {now, more, instance or ''}
 for _, f in ipairs(found) do
   local member, score = f[1], f[2]
   local id = member

@@ -14,6 +14,11 @@ local SCHEDULE, ENTRIES, LEASES, DEAD, SEQ, SCHEDULES, GIVEN_UP, REQUESTS =
 -- 'r:'.
 local PAUSED = 'paused'
 
+-- The field of ENTRIES that holds the queue's own id, made by the first
+-- page that needs a cursor: it tells this queue from one of the same name
+-- on another server in cursors.
+local INSTANCE = 'instance'
+
 -- The calling handle's dead-letter retention, set by `rules`: the oldest
 -- a dead letter may be (ms) and how many are kept; -1 for no limit.
 local DEAD_MAX_AGE, DEAD_MAX_COUNT = -1, -1
