@@ -450,7 +450,8 @@ pub(crate) fn system_time(ms: i64) -> SystemTime {
 /// with no answer in time may have run: it fails in doubt, and its
 /// connection is closed rather than pooled (the link may have gone silent;
 /// sqlx's test of a connection given back, a round trip, would wait for
-/// good).
+/// good), and so is every idle one (see [`Inner::close_idle`]), so the next
+/// call does not wait out another timeout on a connection as dead.
 macro_rules! call {
     ($inner:expr, |$conn:ident| $statement:expr) => {{
         let inner: &$crate::postgres::inner::Inner = $inner;
@@ -546,9 +547,44 @@ impl Inner {
 
     /// A connection of the pool, within the response timeout.
     pub(crate) async fn acquire(&self) -> Result<PoolConnection<Postgres>, Error> {
-        match tokio::time::timeout(self.response_timeout, self.pool.acquire()).await {
-            Ok(conn) => Ok(conn?),
-            Err(_) => Err(Error::Database(sqlx::Error::PoolTimedOut)),
+        let acquired = tokio::time::timeout(self.response_timeout, self.pool.acquire())
+            .await
+            .unwrap_or(Err(sqlx::Error::PoolTimedOut));
+        if let Err(sqlx::Error::PoolTimedOut) = acquired {
+            // A pool that tests an idle connection before handing it out
+            // (sqlx's default, so maybe a service's own pool) waits here on
+            // a silent one.
+            self.close_idle();
+        }
+        Ok(acquired?)
+    }
+
+    /// Closes every idle connection of the pool, after a wait for the
+    /// database ran out. The link may have gone silent (a NAT or firewall
+    /// that dropped its state: no FIN, no RST), and then every connection
+    /// that sat idle through it is as dead as the one that timed out; left
+    /// in the pool, each would cost a later call another full response
+    /// timeout, one after the other (a pool of 10, ten timeouts). Which of
+    /// them answered last before the silence began cannot be told (sqlx
+    /// does not show when a connection was given back but to a
+    /// `before_acquire` hook, which a service's own pool does not have), so
+    /// all go: a healthy one costs a connect, and only after a timeout.
+    ///
+    /// Connections in use are left to their own call's timeout, and one
+    /// given back from now on has just answered sqlx's test on release (see
+    /// [`release`]): from here the pool holds no connection that was idle
+    /// through the silence, so the next call opens a new one.
+    fn close_idle(&self) {
+        // `try_acquire` hands out only idle connections, untested, without
+        // waiting; each one closed shrinks the pool, so this is bounded. It
+        // hands out none while calls wait for a connection: those take the
+        // idle ones, and each waits out at most its own timeout, side by
+        // side.
+        for _ in 0..self.pool.size() {
+            match self.pool.try_acquire() {
+                Some(conn) => drop(conn.detach()),
+                None => break,
+            }
         }
     }
 
@@ -572,6 +608,7 @@ impl Inner {
             }
             Err(_) => {
                 drop(conn.detach());
+                self.close_idle();
                 Some(Err(timed_out("a statement", self.response_timeout)))
             }
         }

@@ -194,11 +194,16 @@
 //! A statement with no answer in time fails (in doubt: it may have run) and
 //! its connection is closed, never pooled again, so a link gone silent
 //! (a NAT that dropped its state, a black-holed route) costs one timeout,
-//! not a hung consumer. A worker also gives up a claim, an extension or a
-//! request of finishes that gets no reply within a lease (at least a
-//! second), if that comes first. `take*` and the worker ride through a
-//! restart of the server and through silent connections (with capped
-//! back-off, reported through `tracing`).
+//! not a hung consumer. Every idle connection of the pool is closed with
+//! it (as after a wait for a connection that ran out), since it may have
+//! gone silent too: the calls after that timeout open new connections, so
+//! whatever the size of the pool the queue works again one timeout and a
+//! connect after the silence, not one timeout per pooled connection later
+//! (a healthy connection closed with them costs a connect). A worker also
+//! gives up a claim, an extension or a request of finishes that gets no
+//! reply within a lease (at least a second), if that comes first. `take*`
+//! and the worker ride through a restart of the server and through silent
+//! connections (with capped back-off, reported through `tracing`).
 //!
 //! # Table bloat
 //!
