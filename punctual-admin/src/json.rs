@@ -11,10 +11,14 @@ use serde_json::Value;
 use crate::ops::Listed;
 
 /// A queue: `{"store", "name", "paused", "pending", "due", "leased",
-/// "dead", "now"}`.
+/// "dead", "now"}`, and `"source"` after `"store"` when its store is not
+/// told apart by its kind alone (a label, or `redis@2`: what `QUEUE`
+/// writes before `:`).
 #[derive(Debug, Serialize)]
 pub(crate) struct QueueJson {
     pub(crate) store: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) source: Option<String>,
     pub(crate) name: String,
     pub(crate) paused: bool,
     pub(crate) pending: u64,
@@ -31,6 +35,7 @@ impl QueueJson {
         let snapshot = listed.snapshot.as_ref().ok()?;
         Some(QueueJson {
             store: listed.kind.as_str(),
+            source: listed.source.clone(),
             name: listed.id.name.clone(),
             paused: snapshot.paused,
             pending: snapshot.stats.pending,

@@ -18,7 +18,7 @@
 //! - `handles` opens each queue once; `history` is a std mutex never held
 //!   across an await.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use crate::error::OpError;
 use crate::history::{History, Point};
-use crate::store::{Handle, Kind, Source};
+use crate::store::{Handle, Kind, Source, identities};
 use crate::timeline::{READ_AT_MOST, Timeline};
 
 /// How long what was read stays good.
@@ -121,6 +121,14 @@ impl Found {
     fn holders(&self, name: &str) -> Vec<QueueId> {
         self.ids().filter(|id| id.name == name).collect()
     }
+
+    /// Whether store `source` holds a queue `name`.
+    fn holds(&self, source: usize, name: &str) -> bool {
+        self.stores
+            .get(source)
+            .and_then(|names| names.as_ref().ok())
+            .is_some_and(|names| names.iter().any(|n| n == name))
+    }
 }
 
 /// A queue in a list, with its counts (or why they could not be read).
@@ -128,7 +136,10 @@ impl Found {
 pub(crate) struct Listed {
     pub(crate) id: QueueId,
     pub(crate) kind: Kind,
-    /// The name, or `kind:name` when several stores hold the name.
+    /// Its store's identity when that is not the store's kind (a label, or
+    /// `redis@2` for the second Redis store): the JSON's `"source"`.
+    pub(crate) source: Option<String>,
+    /// The name, or `store:name` when several stores hold the name.
     pub(crate) label: String,
     pub(crate) snapshot: Result<Snapshot, OpError>,
 }
@@ -154,6 +165,8 @@ const RECHECK_AFTER: Duration = Duration::from_secs(2);
 /// The operations, over the stores given.
 pub(crate) struct Ops {
     sources: Vec<Source>,
+    /// Each source's identity (see [`identities`]), by index.
+    identities: Vec<String>,
     policy: Policy,
     found: tokio::sync::Mutex<Option<Arc<Found>>>,
     /// A task is listing the stores again after one failed.
@@ -182,10 +195,19 @@ impl std::fmt::Debug for Ops {
 }
 
 impl Ops {
+    /// The operations over `sources`, whose labels the caller has checked
+    /// with [`identities`].
+    ///
+    /// # Panics
+    ///
+    /// If two of `sources` cannot be told apart (see [`identities`]).
+    #[track_caller]
     pub(crate) fn new(sources: Vec<Source>, policy: Policy) -> Ops {
         debug_assert!(!policy.discovery_ttl.is_zero());
+        let identities = identities(&sources).unwrap_or_else(|why| panic!("{why}"));
         Ops {
             sources,
+            identities,
             policy,
             found: tokio::sync::Mutex::new(None),
             relisting: std::sync::atomic::AtomicBool::new(false),
@@ -208,6 +230,33 @@ impl Ops {
 
     pub(crate) fn kind(&self, id: &QueueId) -> Kind {
         self.sources[id.source].kind()
+    }
+
+    /// What `STORE:NAME` writes before `:` for store `source`: its label,
+    /// or its kind, or `kind@n` for the n-th store of a kind.
+    pub(crate) fn identity(&self, source: usize) -> &str {
+        &self.identities[source]
+    }
+
+    /// Store `source`'s identity when it is not merely its kind (the one
+    /// store of its kind, unlabelled, reads as before: no `"source"`, no
+    /// `punctual_source`).
+    pub(crate) fn distinct_identity(&self, source: usize) -> Option<&str> {
+        let identity = self.identity(source);
+        (identity != self.sources[source].kind().as_str()).then_some(identity)
+    }
+
+    /// Store `source` for people: `redis`, `redis@2`, `eu (redis)`.
+    pub(crate) fn store_name(&self, source: usize) -> String {
+        let (identity, kind) = (self.identity(source), self.sources[source].kind());
+        let numbered = identity
+            .strip_prefix(kind.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('@'));
+        if numbered {
+            identity.to_owned()
+        } else {
+            format!("{identity} ({kind})")
+        }
     }
 
     /// How many times the stores' counts were read (for the tests and the
@@ -273,23 +322,33 @@ impl Ops {
         }
     }
 
-    /// The name of `id` as a face writes it: plain, or `kind:name` when
-    /// several stores hold that name or when the name itself reads as
-    /// `kind:rest` (a queue named `redis:jobs` written plain would name
-    /// the Redis queue `jobs`).
+    /// The name of `id` as a face writes it: plain, or `store:name` (the
+    /// store's [`identity`](Self::identity)) when several stores hold that
+    /// name or when the name itself reads as `store:rest` (a queue named
+    /// `redis:jobs` written plain would name the Redis queue `jobs`).
     pub(crate) fn label(&self, found: &Found, id: &QueueId) -> String {
-        let looks_qualified = id
-            .name
-            .split_once(':')
-            .is_some_and(|(kind, _)| Kind::parse(kind).is_some());
+        let looks_qualified = id.name.split_once(':').is_some_and(|(prefix, _)| {
+            Kind::parse(prefix).is_some() || self.identities.iter().any(|i| i == prefix)
+        });
         if looks_qualified || found.holders(&id.name).len() > 1 {
-            format!("{}:{}", self.kind(id), id.name)
+            self.qualified(id)
         } else {
             id.name.clone()
         }
     }
 
-    /// The queue that `q` (`name` or `kind:name`) names.
+    /// `store:name`, which names `id` whatever the other stores hold.
+    fn qualified(&self, id: &QueueId) -> String {
+        format!("{}:{}", self.identity(id.source), id.name)
+    }
+
+    /// `a:q or b:q`, the forms that name each of `hits`.
+    fn forms(&self, hits: &[QueueId]) -> String {
+        let forms: Vec<String> = hits.iter().map(|id| self.qualified(id)).collect();
+        forms.join(" or ")
+    }
+
+    /// The queue that `q` (`name` or `store:name`) names.
     pub(crate) async fn resolve(self: &Arc<Self>, q: &str) -> Result<QueueId, OpError> {
         let found = self.found().await;
         match self.lookup(&found, q) {
@@ -301,9 +360,21 @@ impl Ops {
         }
     }
 
+    /// `store:name` is queue `name` of the store of that identity; else,
+    /// when `store` is a kind (`redis`), of the one store of that kind
+    /// holding it; else `q` is a name of its own (`redis:x` may be the
+    /// PostgreSQL queue named so).
     fn lookup(&self, found: &Found, q: &str) -> Result<QueueId, OpError> {
-        if let Some((kind, rest)) = q.split_once(':') {
-            if let Some(kind) = Kind::parse(kind) {
+        if let Some((prefix, rest)) = q.split_once(':') {
+            if let Some(source) = self.identities.iter().position(|i| i == prefix) {
+                if found.holds(source, rest) {
+                    return Ok(QueueId {
+                        source,
+                        name: rest.to_owned(),
+                    });
+                }
+            }
+            if let Some(kind) = Kind::parse(prefix) {
                 let hits: Vec<QueueId> = found
                     .holders(rest)
                     .into_iter()
@@ -314,7 +385,8 @@ impl Ops {
                     1 => return Ok(hits.into_iter().next().expect("one")),
                     n => {
                         return Err(OpError::Invalid(format!(
-                            "{n} {kind} stores hold a queue {rest:?}: give only one of them"
+                            "{n} {kind} stores hold a queue {rest:?}: write {}",
+                            self.forms(&hits)
                         )));
                     }
                 }
@@ -334,19 +406,10 @@ impl Ops {
                     "no queue {q:?} on the stores given"
                 )))
             }
-            _ => {
-                let kinds: BTreeSet<Kind> = hits.iter().map(|id| self.kind(id)).collect();
-                let forms: Vec<String> = kinds.iter().map(|k| format!("{k}:{q}")).collect();
-                if kinds.len() < hits.len() {
-                    return Err(OpError::Invalid(format!(
-                        "several stores of one kind hold a queue {q:?}: give only one of them"
-                    )));
-                }
-                Err(OpError::Invalid(format!(
-                    "several stores hold a queue {q:?}: write {}",
-                    forms.join(" or ")
-                )))
-            }
+            _ => Err(OpError::Invalid(format!(
+                "several stores hold a queue {q:?}: write {}",
+                self.forms(&hits)
+            ))),
         }
     }
 
@@ -434,6 +497,7 @@ impl Ops {
                 i,
                 Listed {
                     kind: self.kind(&id),
+                    source: self.distinct_identity(id.source).map(str::to_owned),
                     label: self.label(&found, &id),
                     id,
                     snapshot,
@@ -457,13 +521,16 @@ impl Ops {
         let found = self.found().await;
         Ok(Listed {
             kind: self.kind(&id),
+            source: self.distinct_identity(id.source).map(str::to_owned),
             label: self.label(&found, &id),
             id,
             snapshot: Ok(snapshot),
         })
     }
 
-    /// One page of `state`'s entries of `id`.
+    /// One page of `state`'s entries of `id`, at most [`MAX_PAGE`] (a
+    /// larger `limit` is that many). As the library has it, `limit` 0 is an
+    /// empty page whose `next` is the cursor given (checked all the same).
     pub(crate) async fn entries(
         &self,
         id: &QueueId,
@@ -471,12 +538,6 @@ impl Ops {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Page<Value>, OpError> {
-        if limit == 0 {
-            // The store would answer an empty page, which reads as "none".
-            return Err(OpError::Invalid(format!(
-                "limit 0: a page holds 1 to {MAX_PAGE} entries"
-            )));
-        }
         let cursor = cursor.map(parse_cursor).transpose()?;
         self.handle(id)
             .await?
@@ -626,6 +687,18 @@ fn no_schedule(id: &QueueId, name: &str) -> OpError {
 /// A state's name (`pending`, `due`, `leased`, `dead`).
 pub(crate) fn parse_state(s: &str) -> Result<EntryState, OpError> {
     s.parse().map_err(|e| OpError::Invalid(format!("{e}")))
+}
+
+/// A page's `limit`: a whole number, any size (more than [`MAX_PAGE`]
+/// reads as [`MAX_PAGE`], so a number too large for `usize` is clamped as
+/// well rather than refused).
+pub(crate) fn parse_limit(s: &str) -> Result<usize, OpError> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(OpError::Invalid(format!(
+            "limit {s:?}: a whole number of entries (0 to {MAX_PAGE}; more reads as {MAX_PAGE})"
+        )));
+    }
+    Ok(s.parse::<usize>().unwrap_or(usize::MAX))
 }
 
 pub(crate) fn parse_cursor(s: &str) -> Result<Cursor, OpError> {

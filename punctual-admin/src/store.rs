@@ -55,11 +55,12 @@ impl fmt::Display for Kind {
 /// One store given to the dashboard or the command line.
 pub(crate) enum Source {
     /// Every queue of the Redis server at `url`.
-    Redis { url: String },
+    Redis { label: Option<String>, url: String },
     /// Every queue of `schema` in the database at `url`, all through one
     /// small pool (a queue opened with its own pool would hold its own
     /// connections).
     Postgres {
+        label: Option<String>,
         url: String,
         schema: String,
         pool: OnceCell<PgPool>,
@@ -72,17 +73,32 @@ pub(crate) enum Source {
 const CONNECT_LIMIT: Duration = Duration::from_secs(10);
 
 impl Source {
-    pub(crate) fn redis(url: &str) -> Source {
+    /// The Redis server of `spec`, `[LABEL=]URL` (see [`split_label`]).
+    pub(crate) fn redis(spec: &str) -> Source {
+        let (label, url) = split_label(spec);
         Source::Redis {
+            label: label.map(str::to_owned),
             url: url.to_owned(),
         }
     }
 
-    pub(crate) fn postgres(url: &str, schema: &str) -> Source {
+    /// `schema` of the database of `spec`, `[LABEL=]URL` (see
+    /// [`split_label`]).
+    pub(crate) fn postgres(spec: &str, schema: &str) -> Source {
+        let (label, url) = split_label(spec);
         Source::Postgres {
+            label: label.map(str::to_owned),
             url: url.to_owned(),
             schema: schema.to_owned(),
             pool: OnceCell::new(),
+        }
+    }
+
+    /// The label it was given, if any.
+    fn label(&self) -> Option<&str> {
+        match self {
+            Source::Redis { label, .. } | Source::Postgres { label, .. } => label.as_deref(),
+            Source::Memory { .. } => None,
         }
     }
 
@@ -98,7 +114,7 @@ impl Source {
     /// schema).
     pub(crate) fn describe(&self) -> String {
         match self {
-            Source::Redis { url } => redact(url),
+            Source::Redis { url, .. } => redact(url),
             Source::Postgres { url, schema, .. } => format!("{} schema {schema}", redact(url)),
             Source::Memory { queues } => format!("this process's memory ({} queues)", queues.len()),
         }
@@ -107,7 +123,7 @@ impl Source {
     /// The names of the store's queues, sorted; an error names the store.
     pub(crate) async fn names(&self) -> Result<Vec<String>, OpError> {
         match self {
-            Source::Redis { url } => bounded(punctual::redis::queue_names(url))
+            Source::Redis { url, .. } => bounded(punctual::redis::queue_names(url))
                 .await
                 .and_then(|r| r.map_err(|e| OpError::Store(e.to_string())))
                 .map_err(|e| OpError::Store(format!("{}: {e}", redact(url)))),
@@ -129,13 +145,15 @@ impl Source {
     /// Opens queue `name` of this store.
     pub(crate) async fn open(&self, name: &str) -> Result<Handle, OpError> {
         match self {
-            Source::Redis { url } => {
+            Source::Redis { url, .. } => {
                 let queue = bounded(RedisQueue::builder(name).url(url).build())
                     .await?
                     .map_err(OpError::redis)?;
                 Ok(Handle::Redis(queue))
             }
-            Source::Postgres { url, schema, pool } => {
+            Source::Postgres {
+                url, schema, pool, ..
+            } => {
                 let pool = pool
                     .get_or_try_init(|| async {
                         PgPoolOptions::new()
@@ -162,6 +180,55 @@ impl Source {
                 .ok_or_else(|| OpError::NotFound(format!("no queue {name:?} in memory"))),
         }
     }
+}
+
+/// A store's spec, `[LABEL=]URL`, as its label and its URL: the part
+/// before the first `=` is a label when it is letters, digits, `-` and `_`
+/// only and what follows holds `://`. A URL never reads so (its scheme
+/// comes first, and a PostgreSQL URL's `?sslmode=` follows a `://`).
+pub(crate) fn split_label(spec: &str) -> (Option<&str>, &str) {
+    if let Some((label, url)) = spec.split_once('=') {
+        let is_label = !label.is_empty()
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if is_label && url.contains("://") {
+            return (Some(label), url);
+        }
+    }
+    (None, spec)
+}
+
+/// Each store's identity, what a face writes before `:` in `STORE:NAME`
+/// (and the JSON's `"source"`, the metrics' `punctual_source`): its label
+/// when it has one; else its kind for the first store of its kind given,
+/// and `kind@n` for the n-th (`redis@2`), so that two stores of one kind
+/// never share one. An error says why the labels cannot be told apart.
+pub(crate) fn identities(sources: &[Source]) -> Result<Vec<String>, String> {
+    let mut seen: Vec<Kind> = Vec::with_capacity(sources.len());
+    let mut out: Vec<String> = Vec::with_capacity(sources.len());
+    for source in sources {
+        let kind = source.kind();
+        seen.push(kind);
+        let nth = seen.iter().filter(|k| **k == kind).count();
+        let identity = match source.label() {
+            Some(label) if Kind::parse(label).is_some() => {
+                return Err(format!(
+                    "the label {label:?} is the name of a kind of store: choose another"
+                ));
+            }
+            Some(label) => label.to_owned(),
+            None if nth == 1 => kind.as_str().to_owned(),
+            None => format!("{kind}@{nth}"),
+        };
+        if out.contains(&identity) {
+            return Err(format!(
+                "two stores are labelled {identity:?}: give each its own label"
+            ));
+        }
+        out.push(identity);
+    }
+    Ok(out)
 }
 
 /// `fut`, or a store error once [`CONNECT_LIMIT`] has passed.
@@ -280,7 +347,53 @@ impl Handle {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{Source, identities, redact, split_label};
+
+    #[test]
+    fn a_label_is_a_word_before_a_url() {
+        assert_eq!(
+            split_label("eu=redis://h:6379/"),
+            (Some("eu"), "redis://h:6379/")
+        );
+        assert_eq!(
+            split_label("db_2-b=postgres://a@h/x?sslmode=require"),
+            (Some("db_2-b"), "postgres://a@h/x?sslmode=require")
+        );
+        for url in [
+            "redis://h/",
+            "postgres://a@h/x?sslmode=verify-full&sslrootcert=/ca.pem",
+            "host=h dbname=x",
+            "=redis://h/",
+            "e.u=redis://h/",
+        ] {
+            assert_eq!(split_label(url), (None, url));
+        }
+    }
+
+    #[test]
+    fn two_stores_of_one_kind_have_their_own_identities() {
+        let ids = identities(&[
+            Source::redis("redis://a/"),
+            Source::redis("redis://b/"),
+            Source::redis("eu=redis://c/"),
+            Source::postgres("postgres://d/x", "s"),
+            Source::postgres("postgres://d/x", "t"),
+        ])
+        .unwrap();
+        assert_eq!(ids, ["redis", "redis@2", "eu", "postgres", "postgres@2"]);
+        let labelled_first =
+            identities(&[Source::redis("eu=redis://a/"), Source::redis("redis://b/")]).unwrap();
+        assert_eq!(labelled_first, ["eu", "redis@2"]);
+        assert!(
+            identities(&[
+                Source::redis("eu=redis://a/"),
+                Source::redis("eu=redis://b/")
+            ])
+            .unwrap_err()
+            .contains("\"eu\"")
+        );
+        assert!(identities(&[Source::redis("postgres=redis://a/")]).is_err());
+    }
 
     #[test]
     fn passwords_are_hidden() {

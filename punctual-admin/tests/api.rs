@@ -2,7 +2,9 @@
 //! router called as a service, in front of a seeded Redis and PostgreSQL
 //! (and a memory queue): every route and its document, the status codes,
 //! the token, read-only mode, the same-origin check on writes, nesting,
-//! and the cache that makes many viewers cost one read.
+//! two stores of one kind told apart (and their metrics), pages of 0 and
+//! of more than 1000 entries, and the cache that makes many viewers cost
+//! one read.
 
 mod common;
 
@@ -887,11 +889,6 @@ async fn names_that_look_qualified_and_bad_arguments() {
         get(&app, "/api/queues/redis:orders").await.json()["pending"],
         1
     );
-
-    // A page of no entries is no answer.
-    let zero = get(&app, "/api/queues/orders/entries?state=pending&limit=0").await;
-    status(&zero, StatusCode::BAD_REQUEST);
-    assert!(zero.json()["error"].as_str().unwrap().contains("limit"));
 }
 
 /// Each sample of `/metrics` comes under its own family's `# TYPE` line,
@@ -973,4 +970,285 @@ async fn unreadable_paths_and_queries_are_answered_in_kind() {
             a.body
         );
     }
+}
+
+/// A series of a Prometheus text: its name and its labels, sorted.
+type Series = (String, Vec<(String, String)>);
+
+/// Every sample of a Prometheus text: its series and its value.
+fn samples(text: &str) -> Vec<(Series, String)> {
+    let mut out = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let (series, value) = line.rsplit_once(' ').expect("a value");
+        let (name, mut labels) = match series.split_once('{') {
+            None => (series.to_owned(), Vec::new()),
+            Some((name, rest)) => {
+                let body = rest.strip_suffix('}').expect("labels end with }");
+                let mut labels = Vec::new();
+                let mut chars = body.chars().peekable();
+                while chars.peek().is_some() {
+                    let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
+                    assert_eq!(chars.next(), Some('"'), "{line}");
+                    let mut value = String::new();
+                    while let Some(c) = chars.next() {
+                        match c {
+                            '\\' => value.push(chars.next().expect("an escaped character")),
+                            '"' => break,
+                            c => value.push(c),
+                        }
+                    }
+                    labels.push((key, value));
+                    if chars.peek() == Some(&',') {
+                        chars.next();
+                    }
+                }
+                (name.to_owned(), labels)
+            }
+        };
+        labels.sort();
+        out.push(((name, labels), value.to_owned()));
+    }
+    out
+}
+
+/// Two Redis servers (one labelled `eu`) and two schemas of one
+/// PostgreSQL database, each with a queue `plain`: the API lists each once
+/// with its own `"source"` where its kind does not tell it apart, each is
+/// reached by `STORE:plain` (reads, writes, pages and their links), and
+/// `/metrics` has no two samples of one series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_of_one_kind_are_each_reachable() {
+    let (red1, red2) = (
+        RedisServer::start_in_memory(),
+        RedisServer::start_in_memory(),
+    );
+    let db = PgDb::new();
+    let pg = db.url();
+    let r1 = redis_queue(&red1.url(), "plain").await;
+    let r2 = redis_queue(&red2.url(), "plain").await;
+    let p1 = pg_queue_in(&pg, "api_two_a", "plain").await;
+    let p2 = pg_queue_in(&pg, "api_two_b", "plain").await;
+    for (n, q) in [(1, &r1), (2, &r2)] {
+        for i in 0..n {
+            q.insert(&json!(i), Duration::from_secs(600)).await.unwrap();
+        }
+    }
+    for (n, q) in [(3, &p1), (4, &p2)] {
+        for i in 0..n {
+            q.insert(&json!(i), Duration::from_secs(600)).await.unwrap();
+        }
+    }
+    let app = Dashboard::builder()
+        .redis(&red1.url())
+        .redis(&format!("eu={}", red2.url()))
+        .postgres(&pg, "api_two_a")
+        .postgres(&pg, "api_two_b")
+        .router();
+
+    let all = get(&app, "/api/queues").await.json();
+    let listed: Vec<(Value, Value, Value, Value)> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| {
+            (
+                q["store"].clone(),
+                q.get("source").cloned().unwrap_or(Value::Null),
+                q["name"].clone(),
+                q["pending"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (json!("redis"), Value::Null, json!("plain"), json!(1)),
+            (json!("redis"), json!("eu"), json!("plain"), json!(2)),
+            (json!("postgres"), Value::Null, json!("plain"), json!(3)),
+            (
+                json!("postgres"),
+                json!("postgres@2"),
+                json!("plain"),
+                json!(4)
+            ),
+        ]
+    );
+    let both = get(&app, "/api/queues/plain").await;
+    status(&both, StatusCode::BAD_REQUEST);
+    assert!(
+        both.json()["error"]
+            .as_str()
+            .unwrap()
+            .ends_with("write redis:plain or eu:plain or postgres:plain or postgres@2:plain"),
+        "{}",
+        both.body
+    );
+    for (q, pending) in [
+        ("redis:plain", 1),
+        ("eu:plain", 2),
+        ("postgres:plain", 3),
+        ("postgres@2:plain", 4),
+        ("postgres%402%3Aplain", 4),
+    ] {
+        let one = get(&app, &format!("/api/queues/{q}")).await;
+        status(&one, StatusCode::OK);
+        assert_eq!(one.json()["pending"], pending, "{q}");
+        let page = get(&app, &format!("/api/queues/{q}/entries?state=pending")).await;
+        status(&page, StatusCode::OK);
+        assert_eq!(
+            page.json()["entries"].as_array().unwrap().len(),
+            pending,
+            "{q}"
+        );
+    }
+    // Writes reach the store named, and only it.
+    let a = write(&app, "POST", "/api/queues/postgres@2:plain/pause", "").await;
+    status(&a, StatusCode::OK);
+    assert!(p2.is_paused().await.unwrap());
+    assert!(!p1.is_paused().await.unwrap());
+    let a = write(&app, "POST", "/api/queues/eu:plain/pause", "").await;
+    status(&a, StatusCode::OK);
+    assert!(r2.is_paused().await.unwrap());
+    assert!(!r1.is_paused().await.unwrap());
+
+    // The pages link each by its own qualified name, and act on it.
+    let overview = get(&app, "/").await;
+    for href in [
+        "/queues/redis:plain",
+        "/queues/eu:plain",
+        "/queues/postgres:plain",
+        "/queues/postgres@2:plain",
+    ] {
+        assert!(
+            overview.body.contains(&format!(r#"href="{href}""#)),
+            "{href} in\n{}",
+            overview.body
+        );
+    }
+    let page = get(&app, "/queues/postgres@2:plain").await;
+    status(&page, StatusCode::OK);
+    assert!(
+        page.body
+            .contains(r#"action="/queues/postgres@2:plain/resume""#)
+    );
+    assert!(page.body.contains(r#"data-source="postgres@2""#));
+    let form = call(
+        &app,
+        "POST",
+        "/queues/postgres@2:plain/resume",
+        &[
+            ("origin", ORIGIN),
+            ("content-type", "application/x-www-form-urlencoded"),
+        ],
+        "",
+    )
+    .await;
+    status(&form, StatusCode::SEE_OTHER);
+    assert!(!p2.is_paused().await.unwrap());
+
+    // /metrics: one sample per series (Prometheus refuses a scrape with
+    // two), the series of each store told apart.
+    let text = get(&app, "/metrics").await.body;
+    let all = samples(&text);
+    let mut seen = std::collections::BTreeSet::new();
+    for (series, _) in &all {
+        assert!(seen.insert(series.clone()), "{series:?} twice in\n{text}");
+    }
+    let entries = all
+        .iter()
+        .filter(|((name, _), _)| name == "punctual_queue_entries")
+        .count();
+    assert_eq!(entries, 4 * 4, "four queues, four states\n{text}");
+    assert!(
+        text.lines().any(|l| l
+            == r#"punctual_queue_paused{messaging_system="punctual",messaging_destination_name="plain",punctual_store="redis",punctual_source="eu"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l
+            == r#"punctual_queue_paused{messaging_system="punctual",messaging_destination_name="plain",punctual_store="redis"} 0"#),
+        "{text}"
+    );
+}
+
+/// A label may name one store only.
+#[test]
+#[should_panic(expected = "two stores are labelled \"eu\"")]
+fn a_label_given_twice_is_refused() {
+    let _ = Dashboard::builder()
+        .redis("eu=redis://127.0.0.1:1/")
+        .postgres("eu=postgres://127.0.0.1:1/x", "punctual");
+}
+
+/// `limit=0` is an empty page whose `next` is the cursor given (the
+/// library's rule), in the API and on the page; a limit above 1000,
+/// however large, is 1000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_0_is_an_empty_page_and_large_limits_are_clamped() {
+    let redis = RedisServer::start_in_memory();
+    let q = redis_queue(&redis.url(), "many").await;
+    let many: Vec<(Value, Duration)> = (0..1005)
+        .map(|i| (json!(i), Duration::from_secs(600 + i)))
+        .collect();
+    q.insert_many(&many).await.unwrap();
+    let app = Dashboard::builder().redis(&redis.url()).router();
+    let api = "/api/queues/many/entries?state=pending";
+
+    let first = get(&app, &format!("{api}&limit=3")).await.json();
+    let cursor = first["next"].as_str().unwrap().to_owned();
+    let zero = get(&app, &format!("{api}&limit=0")).await;
+    status(&zero, StatusCode::OK);
+    assert_eq!(zero.json(), json!({"entries": [], "next": null}));
+    let zero = get(&app, &format!("{api}&limit=0&cursor={cursor}")).await;
+    status(&zero, StatusCode::OK);
+    assert_eq!(zero.json(), json!({"entries": [], "next": cursor}));
+    status(
+        &get(&app, &format!("{api}&limit=0&cursor=zzz")).await,
+        StatusCode::BAD_REQUEST,
+    );
+    for limit in ["1000000", "99999999999999999999999999"] {
+        let big = get(&app, &format!("{api}&limit={limit}")).await;
+        status(&big, StatusCode::OK);
+        let big = big.json();
+        assert_eq!(big["entries"].as_array().unwrap().len(), 1000, "{limit}");
+        assert!(big["next"].is_string(), "{limit}");
+    }
+    for bad in ["-1", "x", ""] {
+        let a = get(&app, &format!("{api}&limit={bad}")).await;
+        status(&a, StatusCode::BAD_REQUEST);
+        assert!(
+            a.json()["error"].as_str().unwrap().contains("limit"),
+            "{bad}"
+        );
+    }
+
+    // The page: no entry for limit=0, a full page for a huge limit.
+    let page = get(
+        &app,
+        &format!("/queues/many/entries?state=pending&limit=0&cursor={cursor}"),
+    )
+    .await;
+    status(&page, StatusCode::OK);
+    assert!(!page.body.contains("data-entry="), "{}", page.body);
+    assert!(
+        page.body.contains("limit=0 asks for no entry"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains(&format!("&amp;cursor={cursor}")),
+        "a link to the page at the cursor given: {}",
+        page.body
+    );
+    let page = get(
+        &app,
+        "/queues/many/entries?state=pending&limit=99999999999999999999999999",
+    )
+    .await;
+    status(&page, StatusCode::OK);
+    assert_eq!(page.body.matches("data-entry=").count(), 1000);
+    assert!(page.body.contains("next 1000 →"));
 }

@@ -1,8 +1,10 @@
 //! The command line against seeded Redis and PostgreSQL servers: every
 //! command, its `--json` documents, its exit codes (0 done, 1 no such
 //! queue, entry or schedule, 2 bad arguments or a store error), queues
-//! named `redis:NAME` / `postgres:NAME` when both stores hold the name, and
-//! `rediss://` / `sslmode=verify-full` URLs.
+//! named `redis:NAME` / `postgres:NAME` when both stores hold the name,
+//! two stores of one kind told apart (`redis@2:NAME`, `LABEL:NAME`),
+//! `--json` errors for bad arguments, and `rediss://` /
+//! `sslmode=verify-full` URLs.
 
 mod common;
 #[path = "../../tests/common/pg_server.rs"]
@@ -691,10 +693,9 @@ async fn tls_urls_work() {
 /// What an entry's id, a schedule's name or a handler's error holds is
 /// printed for people without its control characters (an escape sequence
 /// in a last error must not drive the operator's terminal), under a
-/// heading that says which time it is; a page of no entries is refused
-/// rather than answered as "no entries".
+/// heading that says which time it is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hostile_text_is_printed_harmlessly_and_limit_0_is_refused() {
+async fn hostile_text_is_printed_harmlessly() {
     use punctual::durable::{Outcome, Worker};
     let redis = RedisServer::start_in_memory();
     let stores = vec!["--redis".to_owned(), redis.url()];
@@ -749,18 +750,324 @@ async fn hostile_text_is_printed_harmlessly_and_limit_0_is_refused() {
     // --json keeps the text as it is (JSON escapes it).
     let json = exits(admin(&stores, &["show", "hostile", "boom", "--json"]), 0).json();
     assert!(json["last_error"].as_str().unwrap().contains('\u{1b}'));
+}
 
-    let zero = exits(
+/// `(store, source, name, pending)` of each queue `queues --json` lists.
+fn listed(all: &Value) -> Vec<(String, Option<String>, String, u64)> {
+    all.as_array()
+        .expect("a list")
+        .iter()
+        .map(|q| {
+            (
+                q["store"].as_str().unwrap().to_owned(),
+                q.get("source").map(|s| s.as_str().unwrap().to_owned()),
+                q["name"].as_str().unwrap().to_owned(),
+                q["pending"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Two Redis servers and two schemas of one PostgreSQL database, each
+/// holding a queue `plain`: each is listed once under its own identity
+/// (`redis`, `redis@2`; `postgres`, and `west` by its label), and each is
+/// reached by `STORE:plain`, for reads and for writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_of_one_kind_are_each_reachable() {
+    let (red1, red2) = (
+        RedisServer::start_in_memory(),
+        RedisServer::start_in_memory(),
+    );
+    let db = PgDb::new();
+    let (url1, url2, pg) = (red1.url(), red2.url(), db.url());
+    let r1 = redis_queue(&url1, "plain").await;
+    let r2 = redis_queue(&url2, "plain").await;
+    let p1 = pg_queue_in(&pg, "cli_two_a", "plain").await;
+    let p2 = pg_queue_in(&pg, "cli_two_b", "plain").await;
+    for (n, q) in [(1, &r1), (2, &r2)] {
+        for i in 0..n {
+            q.insert_with_id(&format!("r{n}-{i}"), &json!(i), Duration::from_secs(600))
+                .await
+                .unwrap();
+        }
+    }
+    for (n, q) in [(3, &p1), (4, &p2)] {
+        for i in 0..n {
+            q.insert_with_id(&format!("p{n}-{i}"), &json!(i), Duration::from_secs(600))
+                .await
+                .unwrap();
+        }
+    }
+    let st: Vec<String> = [
+        "--redis".into(),
+        url1.clone(),
+        "--redis".into(),
+        url2.clone(),
+        "--postgres".into(),
+        pg.clone(),
+        "--schema".into(),
+        "cli_two_a".into(),
+        "--postgres".into(),
+        format!("west={pg}"),
+        "--schema".into(),
+        "cli_two_b".into(),
+    ]
+    .into();
+    let st = &st;
+    let some = |s: &str| Some(s.to_owned());
+    let plain = "plain".to_owned();
+
+    let all = exits(admin(st, &["queues", "--json"]), 0).json();
+    assert_eq!(
+        listed(&all),
+        [
+            ("redis".into(), None, plain.clone(), 1),
+            ("redis".into(), some("redis@2"), plain.clone(), 2),
+            ("postgres".into(), None, plain.clone(), 3),
+            ("postgres".into(), some("west"), plain.clone(), 4),
+        ],
+        "the JSON's store stays a kind; source tells two of a kind apart"
+    );
+    let human = exits(admin(st, &["queues"]), 0).stdout.clone();
+    assert!(
+        human.contains("redis@2") && human.contains("west (postgres)"),
+        "{human}"
+    );
+
+    // Plain, the name is ambiguous, and the error says how to write each.
+    let both = exits(admin(st, &["stats", "plain", "--json"]), 2).json();
+    assert_eq!(
+        both["error"].as_str().unwrap(),
+        r#"several stores hold a queue "plain": write redis:plain or redis@2:plain or postgres:plain or west:plain"#
+    );
+    for (q, source, pending, ids_from) in [
+        ("redis:plain", None, 1, "r1-"),
+        ("redis@2:plain", some("redis@2"), 2, "r2-"),
+        ("postgres:plain", None, 3, "p3-"),
+        ("west:plain", some("west"), 4, "p4-"),
+    ] {
+        let one = exits(admin(st, &["stats", q, "--json"]), 0).json();
+        assert_eq!(
+            (
+                one.get("source").map(|s| s.as_str().unwrap().to_owned()),
+                one["pending"].as_u64().unwrap()
+            ),
+            (source, pending),
+            "{q}: {one}"
+        );
+        let page = exits(
+            admin(st, &["entries", q, "--state", "pending", "--json"]),
+            0,
+        )
+        .json();
+        let ids: Vec<&str> = page["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids.len() as u64, pending, "{q}: {ids:?}");
+        assert!(
+            ids.iter().all(|id| id.starts_with(ids_from)),
+            "{q}: the entries of its own store: {ids:?}"
+        );
+    }
+    let human = exits(admin(st, &["stats", "redis@2:plain"]), 0)
+        .stdout
+        .clone();
+    assert!(human.contains("store    redis@2 ("), "{human}");
+
+    // Writes reach the store named, and only it.
+    let ok = |n: u64| json!({"ok": true, "changed": n});
+    assert_eq!(
+        exits(admin(st, &["pause", "redis@2:plain", "--json"]), 0).json(),
+        ok(1)
+    );
+    assert!(r2.is_paused().await.unwrap());
+    assert!(!r1.is_paused().await.unwrap());
+    assert_eq!(
+        exits(admin(st, &["remove", "west:plain", "p4-0", "--json"]), 0).json(),
+        ok(1)
+    );
+    assert!(p2.entry("p4-0").await.unwrap().is_none());
+    assert_eq!(p1.stats().await.unwrap().pending, 3);
+    exits(admin(st, &["remove", "postgres:plain", "p4-1"]), 1);
+    assert_eq!(
+        exits(admin(st, &["pause", "postgres:plain", "--json"]), 0).json(),
+        ok(1)
+    );
+    assert!(p1.is_paused().await.unwrap());
+    assert!(!p2.is_paused().await.unwrap());
+
+    // Labels must tell the stores apart, and may not be a kind's name.
+    let twice = exits(
         admin(
-            &stores,
             &[
-                "entries", "hostile", "--state", "pending", "--limit", "0", "--json",
+                "--redis".into(),
+                format!("eu={url1}"),
+                "--redis".into(),
+                format!("eu={url2}"),
             ],
+            &["queues", "--json"],
         ),
         2,
     );
     assert!(
-        zero.json()["error"].as_str().unwrap().contains("limit"),
-        "{zero:?}"
+        twice.json()["error"].as_str().unwrap().contains("\"eu\""),
+        "{twice:?}"
     );
+    exits(
+        admin(&["--redis".into(), format!("postgres={url1}")], &["queues"]),
+        2,
+    );
+    // A label alone names its store; a kind still finds the one store of
+    // that kind holding a name.
+    let labelled = vec!["--redis".to_owned(), format!("eu={url2}")];
+    let eu = exits(admin(&labelled, &["stats", "eu:plain", "--json"]), 0).json();
+    assert_eq!((&eu["source"], &eu["pending"]), (&json!("eu"), &json!(2)));
+    exits(admin(&labelled, &["stats", "redis:plain", "--json"]), 0);
+}
+
+/// `--limit 0` is an empty page whose `next` is the cursor given (the
+/// library's rule), and a limit above 1000, however large, is 1000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_0_is_an_empty_page_and_large_limits_are_clamped() {
+    let redis = RedisServer::start_in_memory();
+    let stores = vec!["--redis".to_owned(), redis.url()];
+    let q = redis_queue(&redis.url(), "many").await;
+    let many: Vec<(Value, Duration)> = (0..1005)
+        .map(|i| (json!(i), Duration::from_secs(600 + i)))
+        .collect();
+    q.insert_many(&many).await.unwrap();
+    let page = |args: &[&str]| {
+        let mut all = vec!["entries", "many", "--state", "pending", "--json"];
+        all.extend(args);
+        exits(admin(&stores, &all), 0).json()
+    };
+
+    let first = page(&["--limit", "3"]);
+    let cursor = first["next"].as_str().unwrap().to_owned();
+    assert_eq!(
+        page(&["--limit", "0"]),
+        json!({"entries": [], "next": null})
+    );
+    assert_eq!(
+        page(&["--limit", "0", "--cursor", &cursor]),
+        json!({"entries": [], "next": cursor})
+    );
+    let human = exits(
+        admin(
+            &stores,
+            &[
+                "entries", "many", "--state", "pending", "--limit", "0", "--cursor", &cursor,
+            ],
+        ),
+        0,
+    );
+    assert!(
+        human.stdout.contains(&format!("--cursor {cursor}")),
+        "{human:?}"
+    );
+    // The cursor is still checked.
+    exits(
+        admin(
+            &stores,
+            &[
+                "entries", "many", "--state", "pending", "--limit", "0", "--cursor", "zzz",
+            ],
+        ),
+        2,
+    );
+    for limit in ["1000000", "99999999999999999999999999"] {
+        let big = page(&["--limit", limit]);
+        assert_eq!(big["entries"].as_array().unwrap().len(), 1000, "{limit}");
+        assert!(big["next"].is_string(), "{limit}");
+    }
+}
+
+/// With `--json`, a bad argument (one clap refuses before the program
+/// knows of `--json`, or one found later) is one JSON document on stdout,
+/// `{"error": "..."}`, the message on stderr too, and exit code 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_arguments_under_json_are_one_json_error() {
+    let redis = RedisServer::start_in_memory();
+    redis_queue(&redis.url(), "q")
+        .await
+        .insert(&json!(1), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let stores = vec!["--redis".to_owned(), redis.url()];
+    let none: Vec<String> = Vec::new();
+    let cases: Vec<(&[String], Vec<&str>, &str)> = vec![
+        (
+            &stores,
+            vec!["entries", "q", "--state", "due", "--limit", "-1", "--json"],
+            "-1",
+        ),
+        (
+            &stores,
+            vec!["entries", "q", "--state", "due", "--limit", "ten", "--json"],
+            "ten",
+        ),
+        (
+            &stores,
+            vec!["entries", "q", "--state", "sleeping", "--json"],
+            "sleeping",
+        ),
+        (
+            &stores,
+            vec![
+                "entries", "q", "--state", "due", "--cursor", "zzz", "--json",
+            ],
+            "",
+        ),
+        (&stores, vec!["entries", "q", "--json"], "--state"),
+        (&stores, vec!["--json", "stats", "q"], "--json"),
+        (&stores, vec!["stats", "--json"], "QUEUE"),
+        (&stores, vec!["frobnicate", "--json"], "frobnicate"),
+        (
+            &stores,
+            vec!["requeue", "q", "x", "--all-dead", "--json"],
+            "--all-dead",
+        ),
+        (&stores, vec!["serve", "--json"], "--json"),
+        (&none, vec!["queues", "--json"], "no store"),
+        (
+            &none,
+            vec![
+                "--schema",
+                "s",
+                "--postgres",
+                "postgres://x/",
+                "queues",
+                "--json",
+            ],
+            "--schema",
+        ),
+    ];
+    for (stores, args, says) in cases {
+        let run = exits(admin(stores, &args), 2);
+        let doc = run.json();
+        assert_eq!(keys(&doc), set(&["error"]), "{args:?}: {run:?}");
+        let error = doc["error"].as_str().unwrap();
+        assert!(
+            !error.is_empty() && error.contains(says),
+            "{args:?}: {error:?} should say {says:?}"
+        );
+        assert!(!run.stderr.is_empty(), "{args:?}: and on stderr");
+    }
+    // Without --json, nothing on stdout; --help is no error.
+    let plain = exits(
+        admin(
+            &stores,
+            &["entries", "q", "--state", "due", "--limit", "-1"],
+        ),
+        2,
+    );
+    assert!(plain.stdout.is_empty(), "{plain:?}");
+    let help = exits(admin(&stores, &["entries", "--help", "--json"]), 0);
+    assert!(help.stdout.contains("--limit"), "{help:?}");
+    // An id written after `--` may be `--json`: it asks for no JSON.
+    let dashed = admin(&stores, &["show", "q", "--", "--json"]);
+    assert!(dashed.code != 0 && dashed.stdout.is_empty(), "{dashed:?}");
 }

@@ -14,7 +14,7 @@ use super::pages::status_of;
 use super::{Segments, Shared};
 use crate::error::OpError;
 use crate::json::{EntryJson, ErrorJson, PageJson, QueueJson, ScheduleJson, WriteJson};
-use crate::ops::{DEFAULT_LIMIT, QueueId, Requeue, parse_state};
+use crate::ops::{DEFAULT_LIMIT, QueueId, Requeue, parse_limit, parse_state};
 
 pub(super) fn routes() -> Router<Arc<Shared>> {
     Router::new()
@@ -81,7 +81,9 @@ async fn stats(State(shared): State<Arc<Shared>>, Segments(q): Segments<String>)
 #[derive(Debug, Deserialize)]
 struct EntriesQuery {
     state: Option<String>,
-    limit: Option<usize>,
+    /// Read by [`parse_limit`]: 0 is an empty page, more than 1000 is
+    /// 1000, however large.
+    limit: Option<String>,
     cursor: Option<String>,
 }
 
@@ -100,6 +102,7 @@ async fn entries(
             let state = parse_state(query.state.as_deref().ok_or_else(|| {
                 OpError::Invalid("say which entries: state=pending|due|leased|dead".to_owned())
             })?)?;
+            let limit = query.limit.as_deref().map(parse_limit).transpose()?;
             let id = shared.ops.resolve(&q).await?;
             let page = shared
                 .ops
@@ -107,7 +110,7 @@ async fn entries(
                     &id,
                     state,
                     query.cursor.as_deref(),
-                    query.limit.unwrap_or(DEFAULT_LIMIT),
+                    limit.unwrap_or(DEFAULT_LIMIT),
                 )
                 .await?;
             Ok(PageJson::of(&page))

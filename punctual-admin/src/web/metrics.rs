@@ -4,7 +4,9 @@
 //!
 //! The names and labels are those the library's own gauge gets through
 //! `metrics-exporter-prometheus` (`punctual.queue.entries`, feature
-//! `metrics`), so one dashboard of graphs reads either.
+//! `metrics`), so one dashboard of graphs reads either; a queue of a store
+//! that its kind does not tell apart (a second Redis server, a label) adds
+//! `punctual_source`, so no two queues share a series.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use super::Shared;
 use super::chart::count_of;
 use super::views::STATES;
+use crate::ops::Listed;
 
 pub(crate) async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     let (listed, failed) = shared.ops.queues().await;
@@ -30,7 +33,7 @@ pub(crate) async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
             let _ = writeln!(
                 out,
                 "punctual_queue_entries{{{},punctual_entry_state=\"{state}\"}} {}",
-                labels(l.kind.as_str(), &l.id.name),
+                labels(l),
                 count_of(&s.stats, state)
             );
         }
@@ -44,7 +47,7 @@ pub(crate) async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
         let _ = writeln!(
             out,
             "punctual_queue_paused{{{}}} {}",
-            labels(l.kind.as_str(), &l.id.name),
+            labels(l),
             u8::from(s.paused)
         );
     }
@@ -57,7 +60,7 @@ pub(crate) async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
         let _ = writeln!(
             out,
             "punctual_store_clock_offset_seconds{{{}}} {}",
-            labels(l.kind.as_str(), &l.id.name),
+            labels(l),
             s.offset
         );
     }
@@ -86,12 +89,20 @@ pub(crate) async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
         .into_response()
 }
 
-/// The labels naming a queue, as the library's metrics name it.
-fn labels(store: &str, queue: &str) -> String {
-    format!(
-        "messaging_system=\"punctual\",messaging_destination_name=\"{}\",punctual_store=\"{store}\"",
-        escape(queue)
-    )
+/// The labels naming a queue, as the library's metrics name it, and
+/// `punctual_source` (the store's identity, as the JSON's `"source"`) where
+/// two stores of one kind, or a label, need it: no two queues share a
+/// series.
+fn labels(l: &Listed) -> String {
+    let mut out = format!(
+        "messaging_system=\"punctual\",messaging_destination_name=\"{}\",punctual_store=\"{}\"",
+        escape(&l.id.name),
+        l.kind
+    );
+    if let Some(source) = &l.source {
+        let _ = write!(out, ",punctual_source=\"{}\"", escape(source));
+    }
+    out
 }
 
 /// A label value escaped as the text format wants.

@@ -24,7 +24,7 @@ use punctual::memory::MemoryQueue;
 use serde_json::Value;
 
 use crate::ops::{Ops, Policy, wall_clock};
-use crate::store::Source;
+use crate::store::{Source, identities};
 
 /// How often the dashboard samples every queue's counts for its charts
 /// (through the same cache as the pages, so it adds no read while people
@@ -183,16 +183,45 @@ impl DashboardBuilder {
     /// Every queue of the Redis server at `url` (`rediss://` for TLS),
     /// found without being declared. Nothing connects until a request
     /// needs it.
-    pub fn redis(mut self, url: &str) -> Self {
-        self.sources.push(Source::redis(url));
-        self
+    ///
+    /// `url` may start with a label, `LABEL=URL` (letters, digits, `-`,
+    /// `_`): the queue `jobs` of that server is then `LABEL:jobs`, and its
+    /// JSON and metrics say `LABEL`. Without one, the first Redis server
+    /// is `redis` and the n-th `redis@n` (`redis@2:jobs`).
+    ///
+    /// # Panics
+    ///
+    /// If the label is already another store's, or is `redis`, `postgres`
+    /// or `memory`.
+    #[track_caller]
+    pub fn redis(self, url: &str) -> Self {
+        self.add(Source::redis(url))
     }
 
     /// Every queue in `schema` (`punctual` unless the application chose
     /// another) of the PostgreSQL database at `url`, through one small pool
     /// of connections made when a request first needs one.
-    pub fn postgres(mut self, url: &str, schema: &str) -> Self {
-        self.sources.push(Source::postgres(url, schema));
+    ///
+    /// `url` may start with a label, `LABEL=URL`, as for
+    /// [`redis`](Self::redis); without one the first PostgreSQL store is
+    /// `postgres` and the n-th `postgres@n` (two schemas of one database
+    /// are two stores).
+    ///
+    /// # Panics
+    ///
+    /// If the label is already another store's, or is `redis`, `postgres`
+    /// or `memory`.
+    #[track_caller]
+    pub fn postgres(self, url: &str, schema: &str) -> Self {
+        self.add(Source::postgres(url, schema))
+    }
+
+    #[track_caller]
+    fn add(mut self, source: Source) -> Self {
+        self.sources.push(source);
+        if let Err(why) = identities(&self.sources) {
+            panic!("punctual-admin: {why}");
+        }
         self
     }
 
@@ -355,15 +384,16 @@ async fn unreadable(parts: &mut Parts, why: String) -> axum::response::Response 
     (status, views::error_page(&ctx, status, error.message())).into_response()
 }
 
-/// A path segment or query value, percent-encoded (`:` kept, as in
-/// `redis:jobs`).
+/// A path segment or query value, percent-encoded (`:` and `@` kept, as
+/// in `redis@2:jobs`).
 pub(crate) fn enc(s: &str) -> String {
     const SET: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
         .remove(b'-')
         .remove(b'_')
         .remove(b'.')
         .remove(b'~')
-        .remove(b':');
+        .remove(b':')
+        .remove(b'@');
     percent_encoding::utf8_percent_encode(s, SET).to_string()
 }
 
@@ -383,6 +413,7 @@ mod tests {
     #[test]
     fn names_are_encoded_for_paths() {
         assert_eq!(enc("redis:jobs"), "redis:jobs");
+        assert_eq!(enc("redis@2:jobs"), "redis@2:jobs");
         assert_eq!(enc("a/b #1?"), "a%2Fb%20%231%3F");
     }
 }

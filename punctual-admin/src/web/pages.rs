@@ -14,7 +14,7 @@ use super::views::{self, Ctx, EntriesView, QueueView};
 use super::{Base, Params, Segments, Shared, enc};
 use crate::error::OpError;
 use crate::fmt;
-use crate::ops::{DEFAULT_LIMIT, MAX_PAGE, QueueId, Requeue, parse_state};
+use crate::ops::{DEFAULT_LIMIT, MAX_PAGE, QueueId, Requeue, parse_limit, parse_state};
 
 /// What a page's query may say.
 #[derive(Debug, Default, Deserialize)]
@@ -25,7 +25,9 @@ pub(crate) struct View {
     done: Option<String>,
     state: Option<String>,
     cursor: Option<String>,
-    limit: Option<usize>,
+    /// Read by [`parse_limit`] (any whole number; more than a page is a
+    /// page).
+    limit: Option<String>,
 }
 
 fn ctx(shared: &Shared, base: &Base, view: &View, here: String, refreshable: bool) -> Ctx {
@@ -111,6 +113,7 @@ pub(crate) async fn queue(
         label: label(&shared, &id).await,
         name: id.name.clone(),
         kind: ops.kind(&id),
+        source: ops.distinct_identity(id.source).map(str::to_owned),
         store: ops.sources()[id.source].describe(),
         snapshot,
         history: ops.history(&id),
@@ -142,7 +145,10 @@ pub(crate) async fn entries(
         Err(e) => return failure(&ctx, &e),
     };
     ctx.here = ctx.queue_url(&q);
-    let limit = view.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_PAGE);
+    let limit = match view.limit.as_deref().map(parse_limit).transpose() {
+        Ok(limit) => limit.unwrap_or(DEFAULT_LIMIT).min(MAX_PAGE),
+        Err(e) => return failure(&ctx, &e),
+    };
     let (snapshot, page) = tokio::join!(
         ops.snapshot(&id),
         ops.entries(&id, state, view.cursor.as_deref(), limit)
@@ -157,6 +163,7 @@ pub(crate) async fn entries(
         label: label(&shared, &id).await,
         name: id.name.clone(),
         kind: ops.kind(&id),
+        source: ops.distinct_identity(id.source).map(str::to_owned),
         state,
         snapshot,
         page,

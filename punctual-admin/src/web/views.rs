@@ -179,8 +179,15 @@ fn status_pill(paused: bool) -> Markup {
     }
 }
 
-fn kind_badge(kind: Kind) -> Markup {
-    html! { span.kind.(format!("k-{kind}")) { (kind) } }
+/// The store's kind, or its identity where two stores of the kind (or a
+/// label) need one (`redis@2`, `eu`), with the kind on hover.
+fn kind_badge(kind: Kind, source: Option<&str>) -> Markup {
+    html! {
+        @match source {
+            Some(source) => span.kind.(format!("k-{kind}")) title=(kind) data-source=(source) { (source) },
+            None => span.kind.(format!("k-{kind}")) { (kind) },
+        }
+    }
 }
 
 /// A button that POSTs (a form, so it works without JavaScript);
@@ -261,7 +268,7 @@ pub(crate) fn overview(
                             tr data-queue=(l.label) {
                                 td.qcell {
                                     a.qname href=(ctx.queue_url(&l.label)) { (l.id.name) }
-                                    " " (kind_badge(l.kind))
+                                    " " (kind_badge(l.kind, l.source.as_deref()))
                                 }
                                 @match &l.snapshot {
                                     Ok(s) => {
@@ -318,6 +325,8 @@ pub(crate) struct QueueView {
     pub(crate) label: String,
     pub(crate) name: String,
     pub(crate) kind: Kind,
+    /// The store's identity where its kind does not tell it apart.
+    pub(crate) source: Option<String>,
     pub(crate) store: String,
     pub(crate) snapshot: Result<Snapshot, OpError>,
     pub(crate) history: Vec<Point>,
@@ -330,7 +339,7 @@ pub(crate) fn queue(ctx: &Ctx, v: &QueueView) -> Markup {
     let back = format!("/queues/{}", enc(&v.label));
     let body = html! {
         div.head {
-            h1 { (v.name) " " (kind_badge(v.kind)) " "
+            h1 { (v.name) " " (kind_badge(v.kind, v.source.as_deref())) " "
                 @if let Ok(s) = &v.snapshot { (status_pill(s.paused)) } }
             p.sub { (v.store) }
         }
@@ -454,6 +463,8 @@ pub(crate) struct EntriesView {
     pub(crate) label: String,
     pub(crate) name: String,
     pub(crate) kind: Kind,
+    /// The store's identity where its kind does not tell it apart.
+    pub(crate) source: Option<String>,
     pub(crate) state: EntryState,
     pub(crate) snapshot: Result<Snapshot, OpError>,
     pub(crate) page: Result<Page<Value>, OpError>,
@@ -480,7 +491,7 @@ pub(crate) fn entries(ctx: &Ctx, v: &EntriesView) -> Markup {
     };
     let body = html! {
         div.head {
-            h1 { (v.name) " " (kind_badge(v.kind)) " " span.muted { "entries" } }
+            h1 { (v.name) " " (kind_badge(v.kind, v.source.as_deref())) " " span.muted { "entries" } }
         }
         nav.tabs {
             @for state in STATES {
@@ -504,6 +515,15 @@ pub(crate) fn entries(ctx: &Ctx, v: &EntriesView) -> Markup {
         }
         @match &v.page {
             Err(e) => { (error_box(e)) }
+            Ok(_) if v.limit == 0 => {
+                div.card.empty {
+                    "limit=0 asks for no entry. "
+                    a href={(ctx.entries_url(&v.label, v.state))
+                        @if let Some(c) = &v.cursor { "&cursor=" (enc(c)) }} data-page="this" {
+                        "Show this page"
+                    }
+                }
+            }
             Ok(page) if page.entries.is_empty() => {
                 div.card.empty { "No " (v.state) " entry" @if v.cursor.is_some() { " after this point" } "." }
             }

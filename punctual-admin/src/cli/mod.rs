@@ -1,6 +1,7 @@
-//! The command line: `punctual-admin [--redis URL]... [--postgres URL
-//! [--schema S]]... COMMAND`, each command one call of the operations
-//! layer, printed for people or, with `--json`, as one JSON document.
+//! The command line: `punctual-admin [--redis [LABEL=]URL]... [--postgres
+//! [LABEL=]URL [--schema S]]... COMMAND`, each command one call of the
+//! operations layer, printed for people or, with `--json`, as one JSON
+//! document (an error too, a bad argument included).
 //!
 //! Exit codes: 0 on success, 1 when the queue, entry or schedule does not
 //! exist, 2 on bad arguments or a store error.
@@ -12,24 +13,35 @@ use std::sync::Arc;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde::Serialize;
 
+mod text;
+
+use text::{clip, printable, row, table};
+
 use crate::error::OpError;
 use crate::fmt;
 use crate::json::{EntryJson, ErrorJson, PageJson, QueueJson, ScheduleJson, WriteJson, rfc3339};
-use crate::ops::{DEFAULT_LIMIT, Ops, Policy, Requeue, parse_state, wall_clock};
-use crate::store::Source;
+use crate::ops::{DEFAULT_LIMIT, Ops, Policy, Requeue, parse_limit, parse_state, wall_clock};
+use crate::store::{Source, identities};
 use punctual::durable::EntryState;
 
 /// Looks into and acts on punctual's durable queues in Redis and PostgreSQL:
 /// a web dashboard (`serve`) and the same operations as commands.
 #[derive(Debug, Parser)]
-#[command(name = "punctual-admin", version, max_term_width = 100)]
+#[command(
+    name = "punctual-admin",
+    version,
+    max_term_width = 100,
+    after_help = QUEUE_HELP
+)]
 struct Cli {
     /// A Redis server: every queue on it (repeatable; `rediss://` for TLS).
-    #[arg(long = "redis", value_name = "URL")]
+    /// `LABEL=URL` names it LABEL (letters, digits, - and _).
+    #[arg(long = "redis", value_name = "[LABEL=]URL")]
     redis: Vec<String>,
     /// A PostgreSQL database: every queue in its schema (repeatable;
-    /// `sslmode=verify-full` and the rest in the URL).
-    #[arg(long = "postgres", value_name = "URL")]
+    /// `sslmode=verify-full` and the rest in the URL). `LABEL=URL` names
+    /// it LABEL.
+    #[arg(long = "postgres", value_name = "[LABEL=]URL")]
     postgres: Vec<String>,
     /// The schema of the `--postgres` before it [default: punctual].
     #[arg(long = "schema", value_name = "S")]
@@ -37,6 +49,19 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
 }
+
+/// How a `QUEUE` argument names its store, under every `--help`.
+const QUEUE_HELP: &str = "\
+QUEUE is a queue's name, or STORE:NAME when several stores hold the name.
+STORE is a store's label (--redis eu=URL: eu:NAME), else its kind for the
+first store of a kind (redis:NAME, postgres:NAME) and KIND@N for the N-th
+(redis@2:NAME; a second --postgres, even a schema of the same database,
+is postgres@2). `queues --json` gives that STORE as \"source\" where the
+kind alone does not tell the store apart.
+
+With --json, every outcome is one JSON document on stdout, a bad argument
+too ({\"error\": \"...\"}). Exit codes: 0 done, 1 no such queue, entry or
+schedule, 2 a bad argument or a store error.";
 
 #[derive(Debug, Subcommand)]
 enum Command {
@@ -63,8 +88,8 @@ enum Command {
     Queues(Out),
     /// A queue's counts by state, paused flag and clock.
     Stats {
-        /// `NAME`, or `redis:NAME` / `postgres:NAME` when several stores
-        /// hold it.
+        /// `NAME`, or `STORE:NAME` when several stores hold it (`redis:NAME`,
+        /// `redis@2:NAME`, `LABEL:NAME`).
         queue: String,
         #[command(flatten)]
         out: Out,
@@ -75,8 +100,15 @@ enum Command {
         /// pending, due, leased or dead.
         #[arg(long, value_name = "STATE")]
         state: String,
-        /// Entries per page (at most 1000).
-        #[arg(long, default_value_t = DEFAULT_LIMIT, value_name = "N")]
+        /// Entries per page: 0 gives an empty page whose next is --cursor;
+        /// more than 1000 reads as 1000.
+        #[arg(
+            long,
+            default_value_t = DEFAULT_LIMIT,
+            value_name = "N",
+            value_parser = limit_arg,
+            allow_negative_numbers = true
+        )]
         limit: usize,
         /// Where the page starts: the `next` of the page before.
         #[arg(long, value_name = "C")]
@@ -156,6 +188,11 @@ struct Out {
     json: bool,
 }
 
+/// `--limit`'s value: see [`parse_limit`].
+fn limit_arg(s: &str) -> Result<usize, String> {
+    parse_limit(s).map_err(|e| e.to_string())
+}
+
 /// Runs the command line `args` (the program's name first, as
 /// [`std::env::args_os`] gives it) and returns its exit code: 0 on
 /// success, 1 when the queue, entry or schedule does not exist, 2 on bad
@@ -185,38 +222,85 @@ where
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("punctual-admin: cannot start the runtime: {e}");
-            return ExitCode::from(2);
+            return refuse(
+                json_of(&cli.command),
+                &format!("cannot start the runtime: {e}"),
+            );
         }
     };
     runtime.block_on(execute(cli.command, sources))
 }
 
+/// Whether `args` (the program's name first) ask for `--json`, wherever
+/// it stands before a `--`: known before clap has read them, so that a
+/// bad argument is answered as JSON too.
+fn wants_json(args: &[OsString]) -> bool {
+    args.iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json")
+}
+
+/// Says why the command line is refused, on stderr and, with `--json`, as
+/// `{"error": "..."}` on stdout; exit code 2.
+fn refuse(json: bool, why: &str) -> ExitCode {
+    if json {
+        println!(
+            "{}",
+            to_json(&ErrorJson {
+                error: why.to_owned()
+            })
+        );
+    }
+    eprintln!("punctual-admin: {why}");
+    ExitCode::from(2)
+}
+
+/// Clap's error for a document: its text without the `error: ` heading
+/// and the usage lines after it (the tip stays).
+fn clap_message(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    let text = text.split("\n\nUsage:").next().unwrap_or(text);
+    text.split("\n\nFor more information")
+        .next()
+        .unwrap_or(text)
+        .trim()
+        .to_owned()
+}
+
 /// The parsed command line and its stores; the exit code when it does not
-/// parse (clap has printed why, or the help).
+/// parse (clap has printed why, or the help; with `--json`, why is also a
+/// JSON document on stdout).
 fn parse<I, A>(args: I) -> Result<(Cli, Vec<Source>), ExitCode>
 where
     I: IntoIterator<Item = A>,
     A: Into<OsString> + Clone,
 {
-    let matches = match Cli::command().try_get_matches_from(args) {
-        Ok(m) => m,
-        Err(e) => {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let json = wants_json(&args);
+    let clap_failed = |e: clap::Error| {
+        if !e.use_stderr() {
+            // --help, --version: not an error.
             let _ = e.print();
-            return Err(ExitCode::from(if e.use_stderr() { 2 } else { 0 }));
+            return ExitCode::SUCCESS;
         }
-    };
-    let cli = match Cli::from_arg_matches(&matches) {
-        Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return Err(ExitCode::from(2));
+        if json {
+            println!(
+                "{}",
+                to_json(&ErrorJson {
+                    error: clap_message(&e)
+                })
+            );
         }
-    };
-    let bad = |why: String| {
-        eprintln!("punctual-admin: {why}");
+        let _ = e.print();
         ExitCode::from(2)
     };
+    let matches = Cli::command()
+        .try_get_matches_from(args)
+        .map_err(clap_failed)?;
+    let cli = Cli::from_arg_matches(&matches).map_err(clap_failed)?;
+    let bad = |why: String| refuse(json, &why);
     // Each --schema belongs to the --postgres before it.
     let pg_at: Vec<usize> = matches
         .indices_of("postgres")
@@ -252,6 +336,7 @@ where
             "no store given: add --redis URL or --postgres URL before the command".to_owned(),
         ));
     }
+    identities(&sources).map_err(bad)?;
     Ok((cli, sources))
 }
 
@@ -265,21 +350,7 @@ async fn execute(command: Command, sources: Vec<Source>) -> ExitCode {
         return crate::web::serve::run(sources, &bind, read_only, token).await;
     }
     let ops = Arc::new(Ops::new(sources, Policy::FRESH));
-    let json = match &command {
-        Command::Serve { .. } => false,
-        Command::Queues(out)
-        | Command::Stats { out, .. }
-        | Command::Entries { out, .. }
-        | Command::Show { out, .. }
-        | Command::Requeue { out, .. }
-        | Command::Remove { out, .. }
-        | Command::ClearDead { out, .. }
-        | Command::Pause { out, .. }
-        | Command::Resume { out, .. }
-        | Command::Schedules { out, .. }
-        | Command::RunNow { out, .. }
-        | Command::Unschedule { out, .. } => out.json,
-    };
+    let json = json_of(&command);
     match command_output(&ops, command, json).await {
         Ok(text) if json => {
             println!("{text}");
@@ -301,6 +372,25 @@ async fn execute(command: Command, sources: Vec<Source>) -> ExitCode {
             eprintln!("punctual-admin: {e}");
             ExitCode::from(e.exit_code())
         }
+    }
+}
+
+/// Whether `command` was given `--json`.
+fn json_of(command: &Command) -> bool {
+    match command {
+        Command::Serve { .. } => false,
+        Command::Queues(out)
+        | Command::Stats { out, .. }
+        | Command::Entries { out, .. }
+        | Command::Show { out, .. }
+        | Command::Requeue { out, .. }
+        | Command::Remove { out, .. }
+        | Command::ClearDead { out, .. }
+        | Command::Pause { out, .. }
+        | Command::Resume { out, .. }
+        | Command::Schedules { out, .. }
+        | Command::RunNow { out, .. }
+        | Command::Unschedule { out, .. } => out.json,
     }
 }
 
@@ -338,7 +428,7 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
                 for l in &listed {
                     let s = l.snapshot.as_ref().expect("checked above");
                     rows.push(vec![
-                        l.kind.to_string(),
+                        ops.store_name(l.id.source),
                         l.id.name.clone(),
                         if s.paused { "paused" } else { "running" }.to_owned(),
                         fmt::count(s.stats.pending),
@@ -363,7 +453,7 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
                 format!(
                     "queue    {}\nstore    {} ({})\nstate    {}\npending  {}\ndue      {}\nleased   {}\ndead     {}\nclock    {} ({} from this machine's)",
                     listed.id.name,
-                    listed.kind,
+                    ops.store_name(listed.id.source),
                     ops.sources()[listed.id.source].describe(),
                     if s.paused { "paused" } else { "running" },
                     fmt::count(s.stats.pending),
@@ -553,79 +643,21 @@ fn to_json<T: Serialize>(value: &T) -> String {
     serde_json::to_string_pretty(value).expect("plain data serializes")
 }
 
-/// `text` with its control characters written as escapes (`\u{1b}`),
-/// line breaks and tabs apart: what an entry's id, a schedule's name or a
-/// handler's error holds must not drive the terminal it is printed on.
-fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() && c != '\n' && c != '\t' {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-fn row(cells: &[&str]) -> Vec<String> {
-    cells.iter().map(|c| (*c).to_owned()).collect()
-}
-
-/// `text` cut to `max` characters (an ellipsis marks the cut), on one line,
-/// [`printable`].
-fn clip(text: &str, max: usize) -> String {
-    let one_line = printable(&text.replace(['\n', '\r', '\t'], " "));
-    if one_line.chars().count() <= max {
-        one_line
-    } else {
-        let cut: String = one_line.chars().take(max - 1).collect();
-        format!("{cut}…")
-    }
-}
-
-/// Rows as aligned columns, those in `right` aligned right (numbers).
-fn table(rows: &[Vec<String>], right: &[usize]) -> String {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| {
-            rows.iter()
-                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = Vec::with_capacity(rows.len());
-    for r in rows {
-        let mut line = String::new();
-        for (c, cell) in r.iter().enumerate() {
-            let pad = widths[c] - cell.chars().count();
-            if c > 0 {
-                line.push_str("  ");
-            }
-            if right.contains(&c) {
-                line.push_str(&" ".repeat(pad));
-                line.push_str(cell);
-            } else {
-                line.push_str(cell);
-                if c + 1 < r.len() {
-                    line.push_str(&" ".repeat(pad));
-                }
-            }
-        }
-        out.push(line);
-    }
-    out.join("\n")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn tables_align_numbers_right() {
-        let rows = vec![row(&["Q", "N"]), row(&["jobs", "1,000"]), row(&["a", "7"])];
-        assert_eq!(table(&rows, &[1]), "Q         N\njobs  1,000\na         7");
+    fn json_is_asked_for_anywhere_before_a_double_dash() {
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        assert!(wants_json(&args(&["p", "--json", "stats"])));
+        assert!(wants_json(&args(&["p", "stats", "q", "--json"])));
+        assert!(!wants_json(&args(&["p", "show", "q", "--", "--json"])));
+        assert!(
+            !wants_json(&args(&["--json", "queues"])),
+            "the program's name"
+        );
+        assert!(!wants_json(&args(&["p", "stats", "--jsonx"])));
     }
 
     #[test]
