@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::store::Sealed;
-use super::{Cursor, EntryInfo, EntryState, Page, ScheduleInfo};
+use super::{Cursor, EntryInfo, EntryState, InsertOptions, KeyLimit, Page, ScheduleInfo};
 use crate::MissedTicks;
 
 /// Counts of a durable queue's entries by state, from `stats()` (on every
@@ -208,6 +208,42 @@ pub trait Durable: Sealed<Value = <Self as Durable>::Item> + Clone + Send + Sync
 
     /// Makes schedule `name`'s pending tick due now.
     fn run_now(&self, name: &str) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// Inserts `value` as `options` say; its id, or `None` if refused.
+    fn insert_with(
+        &self,
+        value: &Self::Item,
+        options: &InsertOptions,
+    ) -> impl Future<Output = Result<Option<String>, Self::Error>> + Send;
+
+    /// Inserts many entries with options in one step; each one's id, or
+    /// `None` where refused, in order.
+    fn insert_many_with(
+        &self,
+        entries: &[(Self::Item, InsertOptions)],
+    ) -> impl Future<Output = Result<Vec<Option<String>>, Self::Error>> + Send;
+
+    /// Sets the limits of `key`'s entries; whether it changed them.
+    fn set_key_limit(
+        &self,
+        key: &str,
+        limit: KeyLimit,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// Sets the limits of every key without its own.
+    fn set_default_key_limit(
+        &self,
+        limit: KeyLimit,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// Removes the limits of `key` (`*`: the default).
+    fn remove_key_limit(&self, key: &str)
+    -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// Every key limit, by key (the default under `*`).
+    fn key_limits(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, KeyLimit)>, Self::Error>> + Send;
 }
 
 /// Implements [`Durable`] for a store's queue by its inherent methods of
@@ -385,6 +421,52 @@ macro_rules! durable_by_inherent_methods {
                 name: &str,
             ) -> impl ::std::future::Future<Output = Result<bool, Error>> + Send {
                 $queue::run_now(self, name)
+            }
+
+            fn insert_with(
+                &self,
+                value: &T,
+                options: &$crate::durable::InsertOptions,
+            ) -> impl ::std::future::Future<Output = Result<Option<String>, Error>> + Send {
+                $queue::insert_with(self, value, options)
+            }
+
+            fn insert_many_with(
+                &self,
+                entries: &[(T, $crate::durable::InsertOptions)],
+            ) -> impl ::std::future::Future<Output = Result<Vec<Option<String>>, Error>> + Send
+            {
+                $queue::insert_many_with(self, entries)
+            }
+
+            fn set_key_limit(
+                &self,
+                key: &str,
+                limit: $crate::durable::KeyLimit,
+            ) -> impl ::std::future::Future<Output = Result<bool, Error>> + Send {
+                $queue::set_key_limit(self, key, limit)
+            }
+
+            fn set_default_key_limit(
+                &self,
+                limit: $crate::durable::KeyLimit,
+            ) -> impl ::std::future::Future<Output = Result<bool, Error>> + Send {
+                $queue::set_default_key_limit(self, limit)
+            }
+
+            fn remove_key_limit(
+                &self,
+                key: &str,
+            ) -> impl ::std::future::Future<Output = Result<bool, Error>> + Send {
+                $queue::remove_key_limit(self, key)
+            }
+
+            fn key_limits(
+                &self,
+            ) -> impl ::std::future::Future<
+                Output = Result<Vec<(String, $crate::durable::KeyLimit)>, Error>,
+            > + Send {
+                $queue::key_limits(self)
             }
         }
     };

@@ -677,6 +677,8 @@ where
             attempt,
             deadline,
             schedule,
+            key,
+            priority,
             lease,
             ..
         } = taken;
@@ -693,6 +695,8 @@ where
             attempt,
             deadline,
             schedule,
+            key,
+            priority,
         };
         let handler = Arc::clone(&self.handler);
         let fence = Fence::new(valid_until);

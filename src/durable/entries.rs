@@ -97,6 +97,10 @@ pub struct EntryInfo<T> {
     pub last_error: Option<String>,
     /// The value, or `None` when the stored value does not decode as `T`.
     pub value: Option<T>,
+    /// The key whose limits it runs under, if it has one.
+    pub key: Option<String>,
+    /// Its priority (higher first among due entries; 0 by default).
+    pub priority: i16,
 }
 
 /// One page of `entries()`: the entries, and where the next page starts
@@ -256,6 +260,8 @@ pub(crate) struct Row {
     pub(crate) reason: Option<String>,
     /// The stored JSON.
     pub(crate) value: Option<String>,
+    pub(crate) key: Option<String>,
+    pub(crate) priority: i16,
 }
 
 impl Row {
@@ -279,6 +285,8 @@ impl Row {
                 .as_deref()
                 .and_then(|json| serde_json::from_str(json).ok()),
             id: self.id,
+            key: self.key,
+            priority: self.priority,
         }
     }
 }

@@ -12,6 +12,8 @@ pub struct Job<T> {
     pub(crate) attempt: u32,
     pub(crate) deadline: SystemTime,
     pub(crate) schedule: Option<String>,
+    pub(crate) key: Option<String>,
+    pub(crate) priority: i16,
 }
 
 impl<T: fmt::Debug> fmt::Debug for Job<T> {
@@ -22,6 +24,8 @@ impl<T: fmt::Debug> fmt::Debug for Job<T> {
             .field("attempt", &self.attempt)
             .field("deadline", &self.deadline)
             .field("schedule", &self.schedule)
+            .field("key", &self.key)
+            .field("priority", &self.priority)
             .finish()
     }
 }
@@ -56,5 +60,17 @@ impl<T> Job<T> {
     /// The schedule's name, if this is one of its ticks.
     pub fn schedule(&self) -> Option<&str> {
         self.schedule.as_deref()
+    }
+
+    /// The key whose limits it runs under, if it was inserted with one
+    /// ([`InsertOptions::key`](super::InsertOptions::key)).
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// Its priority ([`InsertOptions::priority`](super::InsertOptions::priority);
+    /// 0 by default).
+    pub fn priority(&self) -> i16 {
+        self.priority
     }
 }

@@ -69,6 +69,8 @@ pub struct Taken<T, L> {
     /// When the lease runs out, by the store's clock.
     pub lease_until: SystemTime,
     pub schedule: Option<String>,
+    pub key: Option<String>,
+    pub priority: i16,
     pub lease: L,
 }
 

@@ -10,7 +10,7 @@ use super::error::Error;
 use super::inner::Inner;
 use super::state::Rules;
 use crate::durable::ops::{Held, Op};
-use crate::durable::store::Applied;
+use crate::durable::store::{Applied, Taken};
 
 /// An entry taken from a [`MemoryQueue`](super::MemoryQueue), leased to this
 /// consumer until [`lease_until`](Self::lease_until).
@@ -27,6 +27,8 @@ pub struct Delivery<T> {
     value: T,
     deadline: SystemTime,
     lease_until: SystemTime,
+    key: Option<String>,
+    priority: i16,
 }
 
 impl<T: fmt::Debug> fmt::Debug for Delivery<T> {
@@ -37,28 +39,24 @@ impl<T: fmt::Debug> fmt::Debug for Delivery<T> {
             .field("attempt", &self.attempt)
             .field("deadline", &self.deadline)
             .field("lease_until", &self.lease_until)
+            .field("key", &self.key)
+            .field("priority", &self.priority)
             .finish()
     }
 }
 
 impl<T> Delivery<T> {
-    pub(crate) fn new(
-        queue: Arc<Inner>,
-        rules: Rules,
-        held: Held,
-        attempt: u32,
-        value: T,
-        deadline: SystemTime,
-        lease_until: SystemTime,
-    ) -> Self {
+    pub(crate) fn new(queue: Arc<Inner>, rules: Rules, taken: Taken<T, Held>) -> Self {
         Delivery {
             queue,
             rules,
-            held,
-            attempt,
-            value,
-            deadline,
-            lease_until,
+            held: taken.lease,
+            attempt: taken.attempt,
+            value: taken.value,
+            deadline: taken.deadline,
+            lease_until: taken.lease_until,
+            key: taken.key,
+            priority: taken.priority,
         }
     }
 
@@ -93,6 +91,16 @@ impl<T> Delivery<T> {
     /// When the lease runs out, by the queue's clock.
     pub fn lease_until(&self) -> SystemTime {
         self.lease_until
+    }
+
+    /// The key whose limits the entry runs under, if it has one.
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// The entry's priority (0 by default).
+    pub fn priority(&self) -> i16 {
+        self.priority
     }
 
     /// Deletes the entry: the work is done. `Ok(false)` if the lease was

@@ -86,6 +86,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for MemoryQ
                     attempt: item.attempt,
                     deadline: system_time(item.deadline),
                     lease_until: system_time(item.lease_until),
+                    key: item.group.as_deref().map(str::to_owned),
+                    priority: item.priority,
                     lease,
                 }),
                 Err(why) => {

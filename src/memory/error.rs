@@ -16,6 +16,9 @@ pub enum Error {
     /// unknown `CRON_TZ` zone (named), or a name taken by an entry that is
     /// not a schedule's tick.
     InvalidSchedule(String),
+    /// A key limit that cannot be: a rate whose period is zero; nothing was
+    /// written.
+    InvalidLimit(String),
 }
 
 impl fmt::Display for Error {
@@ -24,6 +27,7 @@ impl fmt::Display for Error {
             Error::Encode(e) => write!(f, "value does not serialize to JSON: {e}"),
             Error::InvalidId(why) => write!(f, "invalid id: {why}"),
             Error::InvalidSchedule(why) => write!(f, "invalid schedule: {why}"),
+            Error::InvalidLimit(why) => write!(f, "invalid key limit: {why}"),
         }
     }
 }

@@ -63,7 +63,11 @@ impl Inner {
     pub(crate) fn write<R>(&self, step: impl FnOnce(&mut State, u64, &mut Moved) -> R) -> R {
         let now = self.clock.now_ms();
         let mut moved = Moved::default();
-        let out = step(&mut self.state.lock(), now, &mut moved);
+        let out = {
+            let mut state = self.state.lock();
+            state.now = now;
+            step(&mut state, now, &mut moved)
+        };
         if moved.announce {
             self.waiter.kick();
         }
@@ -94,18 +98,20 @@ impl Inner {
                 .iter()
                 .map(|op| apply(state, op, now, rules, moved))
                 .collect();
-            let (items, more) = state.claim(now, max, lease, rules, &token, moved);
-            // Paused, no head is reported (as on the other stores): a
-            // consumer naps until `resume` announces itself, rather than
-            // claiming again at once because the head is due.
-            let next_due = match state.head().filter(|_| !state.paused) {
-                Some(head) => self.clock.instant_at(head),
+            let claimed = state.claim(now, max, lease, rules, &token, moved);
+            // Not the head when it is due: due entries the claim left wait
+            // on their keys' limits (a place that frees announces itself),
+            // or on `resume` while paused (no wake then, as on the other
+            // stores). A consumer naps until then, rather than claiming
+            // again at once.
+            let next_due = match claimed.wake {
+                Some(at) => self.clock.instant_at(at),
                 None => crate::queue::deadline_after(Instant::now(), NAP),
             };
             Claim {
                 done,
-                items,
-                more,
+                items: claimed.items,
+                more: claimed.more,
                 next_due,
                 now,
             }

@@ -68,7 +68,9 @@ mod durable;
 mod error;
 mod inner;
 mod operations;
+mod options;
 mod queue;
+mod ready;
 mod state;
 mod ticks;
 

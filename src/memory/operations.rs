@@ -45,6 +45,8 @@ impl State {
                 tick: e.tick.is_some(),
                 reason: e.reason.clone(),
                 value: Some(value),
+                key: e.group.as_deref().map(str::to_owned),
+                priority: e.priority,
             },
         }
     }
@@ -142,10 +144,10 @@ impl State {
     }
 
     /// Deletes every dead letter; how many.
-    pub(crate) fn clear_dead(&mut self) -> u64 {
+    pub(crate) fn clear_dead(&mut self, now: u64) -> u64 {
         let ids: Vec<String> = self.dead.values().cloned().collect();
         for id in &ids {
-            self.remove(id, false);
+            self.forget_dead(id, now);
         }
         ids.len() as u64
     }

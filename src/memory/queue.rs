@@ -173,7 +173,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
         let delay = millis(delay);
         Ok(self.inner.write(|state, now, moved| {
             state
-                .insert(None, value, now.saturating_add(delay), moved)
+                .insert(None, value, now.saturating_add(delay), now, moved)
                 .expect("a made id")
         }))
     }
@@ -188,9 +188,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
         let value = encode(value)?;
         self.inserted(1);
         let at = ms_of(at);
-        Ok(self
-            .inner
-            .write(|state, _, moved| state.insert(None, value, at, moved).expect("a made id")))
+        Ok(self.inner.write(|state, now, moved| {
+            state
+                .insert(None, value, at, now, moved)
+                .expect("a made id")
+        }))
     }
 
     /// Inserts `value` under the caller's `id`, due `delay` from now. If an
@@ -213,7 +215,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
         let delay = millis(delay);
         let inserted = self.inner.write(|state, now, moved| {
             state
-                .insert(Some(id), value, now.saturating_add(delay), moved)
+                .insert(Some(id), value, now.saturating_add(delay), now, moved)
                 .is_some()
         });
         self.inserted(u64::from(inserted));
@@ -239,7 +241,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
                 .into_iter()
                 .map(|(value, delay)| {
                     state
-                        .insert(None, value, now.saturating_add(delay), moved)
+                        .insert(None, value, now.saturating_add(delay), now, moved)
                         .expect("a made id")
                 })
                 .collect()
@@ -256,7 +258,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
     /// [`Error::InvalidId`] for an invalid id.
     pub async fn remove(&self, id: &str) -> Result<bool, Error> {
         check_id(id)?;
-        Ok(self.inner.write(|state, _, _| state.remove(id, false)))
+        Ok(self
+            .inner
+            .write(|state, now, moved| state.remove(id, false, now, moved)))
     }
 
     /// Moves a pending entry to `delay` from now (ordered as if inserted
@@ -513,7 +517,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
     /// As [`remove`](Self::remove).
     pub async fn unschedule(&self, name: &str) -> Result<bool, Error> {
         check_id(name)?;
-        Ok(self.inner.write(|state, _, _| state.remove(name, true)))
+        Ok(self
+            .inner
+            .write(|state, now, moved| state.remove(name, true, now, moved)))
     }
 
     /// Every schedule of the queue, by name: its spec, next instant (`None`
@@ -648,7 +654,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
     ///
     /// None in memory.
     pub async fn clear_dead(&self) -> Result<u64, Error> {
-        Ok(self.inner.write(|state, _, _| state.clear_dead()))
+        Ok(self.inner.write(|state, now, _| state.clear_dead(now)))
     }
 
     /// Stops every consumer of the queue from taking anything (`take*`
@@ -733,14 +739,6 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
     }
 
     fn delivery(&self, taken: Taken<T, Held>) -> Delivery<T> {
-        Delivery::new(
-            Arc::clone(&self.inner),
-            self.rules,
-            taken.lease,
-            taken.attempt,
-            taken.value,
-            taken.deadline,
-            taken.lease_until,
-        )
+        Delivery::new(Arc::clone(&self.inner), self.rules, taken)
     }
 }

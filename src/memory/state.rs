@@ -10,12 +10,22 @@
 //! due time while pending, its lease end while leased (so a lease that runs
 //! out makes it due with nothing to move), and the sequence number of its
 //! last insert, reset or retry (FIFO among equal scores). A dead letter has
-//! a place in `dead` under (death time, seq) instead. The methods return
-//! whether the head may have moved earlier (`Moved::announce`), for the
+//! a place in `dead` under (death time, seq) instead. A live entry that no
+//! lease holds is also *ready* (in `ready`, the claim's index: priority,
+//! then place, a key at a time); a leased one *holds* a place of its key
+//! (in `leases`, counted in `keys`) until it finishes or a claim sees its
+//! lease ran out, which makes it ready again at its lease end (its token
+//! stays: its holder may still ack it until another claim takes it). Every
+//! change of an entry's place goes through `set_place`, which keeps both
+//! indexes. The methods return whether the head may have moved earlier, or
+//! a place of a key with ready entries freed (`Moved::announce`), for the
 //! caller to wake waiting consumers after it let go of the lock.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+
+use super::ready::{Keys, Ready};
+use crate::durable::options::Plan;
 
 /// How the rules refer to a schedule: `e,<period ms>,<policy>` or
 /// `c,<cron expression>`, as every store keeps it.
@@ -41,6 +51,42 @@ pub(crate) struct Entry {
     pub(crate) dead: bool,
     /// Why it died, or why its last attempt failed.
     pub(crate) reason: Option<String>,
+    /// Among due entries, higher first.
+    pub(crate) priority: i16,
+    /// The key whose limits it runs under.
+    pub(crate) group: Option<Arc<str>>,
+    /// Its own deliveries before death (0: never), instead of the queue's.
+    pub(crate) limit: Option<u32>,
+    /// How long its id stays taken after it finishes, in ms.
+    pub(crate) unique: Option<u64>,
+    /// In the claim index (see `ready.rs`).
+    pub(crate) ready: bool,
+    /// Holds a place of its key (leased, its lease not yet seen to run
+    /// out): counted in its key's `held` and in `leases`.
+    pub(crate) held: bool,
+}
+
+impl Entry {
+    /// A new live entry (not yet indexed).
+    fn new(value: Option<Arc<str>>, place: (u64, u64)) -> Entry {
+        Entry {
+            value,
+            attempt: 0,
+            token: None,
+            since: None,
+            deadline: None,
+            tick: None,
+            key: place,
+            dead: false,
+            reason: None,
+            priority: 0,
+            group: None,
+            limit: None,
+            unique: None,
+            ready: false,
+            held: false,
+        }
+    }
 }
 
 /// A recurring schedule: its record and the value of its ticks.
@@ -60,6 +106,21 @@ pub(crate) struct Leased {
     pub(crate) lease_until: u64,
     /// A tick: its schedule's record and instant.
     pub(crate) tick: Option<(Rec, u64)>,
+    pub(crate) priority: i16,
+    pub(crate) group: Option<Arc<str>>,
+}
+
+/// The answer of a claim's step.
+#[derive(Debug)]
+pub(crate) struct Claimed {
+    pub(crate) items: Vec<Leased>,
+    /// More may be due than it took.
+    pub(crate) more: bool,
+    /// When to look again, if nothing changes meanwhile (ms): the next
+    /// entry to come due or lease to run out, or the next rate window to
+    /// open for a key whose due entries wait on it. `None`: nothing is
+    /// pending, leased or waiting (or the queue is paused).
+    pub(crate) wake: Option<u64>,
 }
 
 /// How a delivery ends (the kinds of `durable::ops::Op`).
@@ -126,6 +187,16 @@ pub(crate) struct State {
     seq: u64,
     /// Paused: claims take nothing.
     pub(super) paused: bool,
+    /// The clock's reading for the step under way (set by `Inner::write`).
+    pub(crate) now: u64,
+    /// What a claim may take, in its order.
+    ready: Ready,
+    /// The keys' limits and counts.
+    pub(crate) keys: Keys,
+    /// Ids kept taken after their entry finished, until when (ms), and the
+    /// same by time, to forget them when they expire.
+    unique: HashMap<String, u64>,
+    unique_until: BTreeSet<(u64, String)>,
 }
 
 /// What a handle's settings say about deaths: after `limit` deliveries
@@ -154,36 +225,134 @@ impl State {
         self.order.keys().next().map(|&(score, _)| score)
     }
 
-    /// Whether an entry at `at` would be ahead of the head.
+    /// Whether waiting consumers must look again for an entry at `at`:
+    /// it would be ahead of the head, or it is due now (the due entries
+    /// ahead of it may all wait on their keys' limits, and consumers then
+    /// sleep until a place frees).
     fn ahead(&self, at: u64) -> Moved {
         Moved {
-            announce: self.head().is_none_or(|head| at < head),
+            announce: at <= self.now || self.head().is_none_or(|head| at < head),
         }
     }
 
-    /// Puts live entry `id` at `key` in `order` (and `leases` if leased).
-    fn set_key(&mut self, id: &str, key: (u64, u64)) {
+    /// Puts entry `id` in the claim index.
+    fn make_ready(&mut self, id: &str) {
         let e = self.entries.get_mut(id).expect("a live entry");
-        self.order.remove(&e.key);
-        self.leases.remove(&e.key);
-        e.key = key;
-        if e.token.is_some() {
-            self.leases.insert(key);
+        if e.ready || e.held || e.dead {
+            return;
         }
-        self.order.insert(key, id.to_owned());
+        e.ready = true;
+        self.ready.add(e.priority, e.group.as_ref(), e.key);
+        if let Some(group) = &e.group {
+            self.keys.add_ready(group);
+        }
     }
 
-    /// Inserts a new entry (`id` given, or made: `#<seq>`), due at `at`.
-    /// `None` when the given id is taken (nothing changes).
+    /// Takes entry `id` out of the claim index.
+    fn unready(&mut self, id: &str) {
+        let e = self.entries.get_mut(id).expect("a live entry");
+        if !e.ready {
+            return;
+        }
+        e.ready = false;
+        self.ready.remove(e.priority, e.group.as_ref(), e.key);
+        if let Some(group) = &e.group {
+            self.keys.remove_ready(group);
+        }
+    }
+
+    /// Entry `id` holds a place of its key (it was just leased).
+    fn hold(&mut self, id: &str) {
+        let e = self.entries.get_mut(id).expect("a live entry");
+        if e.held {
+            return;
+        }
+        e.held = true;
+        self.leases.insert(e.key);
+        if let Some(group) = &e.group {
+            self.keys.hold(group);
+        }
+    }
+
+    /// Entry `id` gives its place back: whether entries of its key wait
+    /// for one (waiting consumers must look again).
+    fn unhold(&mut self, id: &str) -> Moved {
+        let e = self.entries.get_mut(id).expect("a live entry");
+        if !e.held {
+            return Moved::default();
+        }
+        e.held = false;
+        self.leases.remove(&e.key);
+        Moved {
+            announce: e.group.as_ref().is_some_and(|g| self.keys.unhold(g)),
+        }
+    }
+
+    /// Moves live entry `id` to `place` in `order`, and in the index it is
+    /// in (`ready` or `leases`).
+    fn set_place(&mut self, id: &str, place: (u64, u64)) {
+        let e = self.entries.get_mut(id).expect("a live entry");
+        let old = e.key;
+        e.key = place;
+        let (ready, held) = (e.ready, e.held);
+        let (priority, group) = (e.priority, e.group.clone());
+        self.order.remove(&old);
+        self.order.insert(place, id.to_owned());
+        if ready {
+            self.ready.remove(priority, group.as_ref(), old);
+            self.ready.add(priority, group.as_ref(), place);
+        }
+        if held {
+            self.leases.remove(&old);
+            self.leases.insert(place);
+        }
+    }
+
+    /// Inserts a plain new entry (`id` given, or made: `#<seq>`), due at
+    /// `at`. `None` when the given id is taken, or kept taken by a unique
+    /// window (nothing changes).
     pub(crate) fn insert(
         &mut self,
         id: Option<&str>,
         value: Arc<str>,
         at: u64,
+        now: u64,
         moved: &mut Moved,
     ) -> Option<String> {
-        let (id, seq) = match id {
-            Some(id) if self.entries.contains_key(id) => return None,
+        let plan = Plan::plain(id, String::new(), crate::durable::options::When::At(at));
+        self.insert_plan(&plan, value, now, moved)
+    }
+
+    /// Inserts the entry `plan` describes (its value: `value`), or replaces
+    /// the pending entry of its id where it says so. `None` when refused:
+    /// an entry has the id (leased, dead, a tick, or pending without
+    /// `replace`), or the id's unique window is open.
+    pub(crate) fn insert_plan(
+        &mut self,
+        plan: &Plan,
+        value: Arc<str>,
+        now: u64,
+        moved: &mut Moved,
+    ) -> Option<String> {
+        let at = plan.due.at(now);
+        let (id, seq) = match plan.id.as_deref() {
+            Some(id) if self.entries.contains_key(id) => {
+                let e = &self.entries[id];
+                if !plan.replace || e.token.is_some() || e.dead || e.tick.is_some() {
+                    return None;
+                }
+                // Replaced: a new entry under the old id, in its new place.
+                self.unready(id);
+                let e = self.entries.get_mut(id).expect("found");
+                e.value = Some(value);
+                e.attempt = 0;
+                e.deadline = None;
+                e.reason = None;
+                Self::apply_plan(e, plan);
+                moved.merge(self.place(id, at));
+                return Some(id.to_owned());
+            }
+            Some(id) if self.unique_open(id, now) => return None,
             Some(id) => (id.to_owned(), self.next_seq()),
             None => loop {
                 let seq = self.next_seq();
@@ -195,40 +364,67 @@ impl State {
             },
         };
         moved.merge(self.ahead(at));
-        self.entries.insert(
-            id.clone(),
-            Entry {
-                value: Some(value),
-                attempt: 0,
-                token: None,
-                since: None,
-                deadline: None,
-                tick: None,
-                key: (at, seq),
-                dead: false,
-                reason: None,
-            },
-        );
+        let mut e = Entry::new(Some(value), (at, seq));
+        Self::apply_plan(&mut e, plan);
+        self.entries.insert(id.clone(), e);
         self.order.insert((at, seq), id.clone());
+        self.make_ready(&id);
         Some(id)
+    }
+
+    /// Sets the options `plan` gives an entry (not yet indexed).
+    fn apply_plan(e: &mut Entry, plan: &Plan) {
+        e.priority = plan.priority;
+        e.group = plan.key.as_deref().map(Arc::from);
+        e.limit = plan.max_attempts;
+        e.unique = plan.unique_ms;
+    }
+
+    /// Whether id `id` is kept taken by a unique window at `now`.
+    fn unique_open(&mut self, id: &str, now: u64) -> bool {
+        // Forgets the windows that closed.
+        while let Some(first) = self.unique_until.first() {
+            if first.0 > now {
+                break;
+            }
+            let (_, gone) = self.unique_until.pop_first().expect("looked at");
+            self.unique.remove(&gone);
+        }
+        self.unique.get(id).is_some_and(|&until| until > now)
+    }
+
+    /// Keeps id `id` taken until `until`.
+    fn keep_taken(&mut self, id: &str, until: u64) {
+        if let Some(old) = self.unique.insert(id.to_owned(), until) {
+            self.unique_until.remove(&(old, id.to_owned()));
+        }
+        self.unique_until.insert((until, id.to_owned()));
     }
 
     /// Schedules live entry `id` at `at` as if inserted now, its lease (if
     /// any) given up.
     fn place(&mut self, id: &str, at: u64) -> Moved {
-        let moved = self.ahead(at);
+        let mut moved = self.ahead(at);
+        moved.merge(self.unhold(id));
         let seq = self.next_seq();
         let e = self.entries.get_mut(id).expect("a live entry");
         e.token = None;
         e.since = None;
-        self.set_key(id, (at, seq));
+        self.set_place(id, (at, seq));
+        self.make_ready(id);
         moved
     }
 
     /// Deletes entry `id`, pending, leased or dead; a schedule's tick takes
     /// its schedule with it. `tick_only`: only a tick (and the schedule,
     /// even if it has no tick now). Whether it was there.
-    pub(crate) fn remove(&mut self, id: &str, tick_only: bool) -> bool {
+    pub(crate) fn remove(
+        &mut self,
+        id: &str,
+        tick_only: bool,
+        now: u64,
+        moved: &mut Moved,
+    ) -> bool {
         let schedule = self.schedules.contains_key(id);
         let mut found = self.entries.get(id).map(|e| e.tick.is_some());
         if tick_only {
@@ -242,7 +438,12 @@ impl State {
             return false;
         }
         if found.is_some() {
-            self.forget(id);
+            if let Some((e, freed)) = self.forget(id) {
+                moved.merge(freed);
+                if let Some(window) = e.unique {
+                    self.keep_taken(id, now.saturating_add(window));
+                }
+            }
         }
         if schedule && found != Some(false) {
             self.schedules.remove(id);
@@ -250,16 +451,23 @@ impl State {
         true
     }
 
-    /// Takes entry `id` out of every index.
-    fn forget(&mut self, id: &str) -> Option<Entry> {
-        let e = self.entries.remove(id)?;
+    /// Takes entry `id` out of every index; whether a place of its key
+    /// freed for entries waiting on it.
+    fn forget(&mut self, id: &str) -> Option<(Entry, Moved)> {
+        let e = self.entries.get(id)?;
+        let freed = if e.dead {
+            Moved::default()
+        } else {
+            self.unready(id);
+            self.unhold(id)
+        };
+        let e = self.entries.remove(id).expect("found");
         if e.dead {
             self.dead.remove(&e.key);
         } else {
             self.order.remove(&e.key);
-            self.leases.remove(&e.key);
         }
-        Some(e)
+        Some((e, freed))
     }
 
     /// Moves a pending entry (not leased, not dead) to `at`, as if inserted
@@ -281,9 +489,23 @@ impl State {
         self.entries.get(id).filter(|e| !e.dead).map(|e| e.key.0)
     }
 
-    /// Leases up to `max` due entries, in order, to `token` until `now +
-    /// lease`; an entry past `limit` deliveries (0: none) goes to the dead
-    /// letters instead. Also whether more were due than it took.
+    /// Leases that ran out by `now` give their places back; their entries
+    /// are ready again, at their lease end (their tokens stay until another
+    /// claim takes them).
+    fn reap(&mut self, now: u64) {
+        let ended: Vec<(u64, u64)> = self.leases.range(..=(now, u64::MAX)).copied().collect();
+        for place in ended {
+            let id = self.order[&place].clone();
+            let _ = self.unhold(&id);
+            self.make_ready(&id);
+        }
+    }
+
+    /// Leases up to `max` due entries to `token` until `now + lease`, in
+    /// claim order: the highest priority first, then due time (FIFO on
+    /// ties), one entry of each key before a second of any, leaving out
+    /// the keys at their limits. An entry past its limit of deliveries (its
+    /// own, else the rules'; 0: none) goes to the dead letters instead.
     pub(crate) fn claim(
         &mut self,
         now: u64,
@@ -292,38 +514,50 @@ impl State {
         rules: Rules,
         token: &Arc<str>,
         moved: &mut Moved,
-    ) -> (Vec<Leased>, bool) {
+    ) -> Claimed {
+        self.reap(now);
         if self.paused {
-            return (Vec::new(), false);
+            return Claimed {
+                items: Vec::new(),
+                more: false,
+                wake: None,
+            };
         }
-        let limit = rules.limit;
-        let due: Vec<(u64, u64)> = self
-            .order
-            .range(..=(now, u64::MAX))
-            .take(max.saturating_add(1))
-            .map(|(key, _)| *key)
-            .collect();
-        let more = due.len() > max;
+        let mut taken_of: HashMap<Arc<str>, u32> = HashMap::new();
+        let mut waiting: Vec<Arc<str>> = Vec::new();
+        let keys = &self.keys;
+        let chosen = self.ready.choose(now, max, |group| {
+            let Some(group) = group else {
+                return true;
+            };
+            let taken = taken_of.get(group).copied().unwrap_or(0);
+            if keys.admits(group, now, taken) {
+                *taken_of.entry(Arc::clone(group)).or_default() += 1;
+                true
+            } else {
+                waiting.push(Arc::clone(group));
+                false
+            }
+        });
+        let more = max > 0 && chosen.len() >= max;
         let lease_until = now.saturating_add(lease);
-        let mut taken = Vec::with_capacity(due.len().min(max));
-        for key in due.into_iter().take(max) {
-            let (score, seq) = key;
-            // Out of the order while it is changed; back under its lease end.
-            let id = self.order.remove(&key).expect("a live entry");
-            self.leases.remove(&key);
+        let mut items = Vec::with_capacity(chosen.len());
+        for place in chosen {
+            let id = self.order[&place].clone();
+            self.unready(&id);
             let e = self.entries.get_mut(&id).expect("a live entry");
             e.attempt += 1;
-            e.deadline = Some(e.tick.unwrap_or(score));
+            e.deadline = Some(e.tick.unwrap_or(place.0));
             let tick = e.tick;
+            let limit = e.limit.unwrap_or(rules.limit);
             let rec = tick.and_then(|_| self.schedules.get(&id).map(|s| s.rec.clone()));
             if limit > 0 && e.attempt > limit {
                 e.attempt = limit;
-                self.order.insert(key, id.clone());
                 let next = rec
                     .as_ref()
                     .zip(tick)
                     .and_then(|(rec, tick)| super::ticks::next_tick(rec, tick, None, now));
-                self.bury(&id, past_limit(limit), now, rules);
+                self.bury(&id, past_limit(limit), now, rules, moved);
                 if let Some(next) = next {
                     moved.merge(self.successor(&id, next));
                 }
@@ -331,24 +565,40 @@ impl State {
             }
             e.token = Some(Arc::clone(token));
             e.since = Some(now);
-            e.key = (lease_until, seq);
-            let (attempt, deadline) = (e.attempt, e.deadline.unwrap_or(score));
+            let (attempt, deadline) = (e.attempt, e.deadline.unwrap_or(place.0));
+            let (priority, group) = (e.priority, e.group.clone());
             let value = match &e.value {
                 Some(value) => Arc::clone(value),
                 None => self.schedule_value(&id),
             };
-            self.leases.insert((lease_until, seq));
-            taken.push(Leased {
-                id: id.clone(),
+            self.set_place(&id, (lease_until, place.1));
+            self.hold(&id);
+            if let Some(group) = &group {
+                self.keys.started(group, now);
+            }
+            items.push(Leased {
+                id,
                 value,
                 attempt,
                 deadline,
                 lease_until,
                 tick: rec.zip(tick),
+                priority,
+                group,
             });
-            self.order.insert((lease_until, seq), id);
         }
-        (taken, more)
+        let next = self.order.range((now.saturating_add(1), 0)..).next();
+        let window = waiting
+            .iter()
+            .filter_map(|group| self.keys.window_opens(group, now))
+            .min();
+        // More may be due: look again at once.
+        let wake = if more {
+            Some(now)
+        } else {
+            next.map(|(&(at, _), _)| at).into_iter().chain(window).min()
+        };
+        Claimed { items, more, wake }
     }
 
     /// The record of the schedule whose tick `id` is, if it is one.
@@ -374,8 +624,9 @@ impl State {
 
     /// Finishes the delivery (`id`, `token`) by `end`, `ms` the delay of a
     /// retry or snooze (a give-back: 1 if counted), `reason` a failure's;
-    /// `limit` the queue's deliveries before death (0: none). A tick that
-    /// leaves its schedule (acked, dead) gets its successor.
+    /// `rules.limit` the queue's deliveries before death (0: none), unless
+    /// the entry has its own. A tick that leaves its schedule (acked, dead)
+    /// gets its successor.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn finish(
         &mut self,
@@ -388,11 +639,11 @@ impl State {
         rules: Rules,
         moved: &mut Moved,
     ) -> Done {
-        let limit = rules.limit;
         if !self.holds(id, token) {
             return Done::Lost;
         }
         let e = self.entries.get_mut(id).expect("held");
+        let limit = e.limit.unwrap_or(rules.limit);
         let (end, done) = match end {
             End::Fail if limit > 0 && e.attempt >= limit => (End::Discard, Done::Dead),
             End::Fail => (End::Retry, Done::Applied),
@@ -424,7 +675,9 @@ impl State {
                 e.token = None;
                 e.since = None;
                 moved.merge(self.ahead(at));
-                self.set_key(id, (at, seq));
+                moved.merge(self.unhold(id));
+                self.set_place(id, (at, seq));
+                self.make_ready(id);
             }
             _ => {
                 // Ack or dead: the entry leaves the schedule.
@@ -435,9 +688,12 @@ impl State {
                     super::ticks::next_tick(&rec, tick, since, now)
                 });
                 if end == End::Discard {
-                    self.bury(id, reason.to_owned(), now, rules);
-                } else {
-                    self.forget(id);
+                    self.bury(id, reason.to_owned(), now, rules, moved);
+                } else if let Some((e, freed)) = self.forget(id) {
+                    moved.merge(freed);
+                    if let Some(window) = e.unique {
+                        self.keep_taken(id, now.saturating_add(window));
+                    }
                 }
                 if let Some(next) = next {
                     moved.merge(self.successor(id, next));
@@ -474,8 +730,9 @@ impl State {
     /// under `<name>@<instant>` (its name stays free for its successor), a
     /// name over 480 bytes cut to 480 at a character boundary, so the dead
     /// letter's id keeps to 512 bytes.
-    fn bury(&mut self, id: &str, reason: String, now: u64, rules: Rules) {
-        let mut e = self.forget(id).expect("a live entry");
+    fn bury(&mut self, id: &str, reason: String, now: u64, rules: Rules, moved: &mut Moved) {
+        let (mut e, freed) = self.forget(id).expect("a live entry");
+        moved.merge(freed);
         let mut dead_id = id.to_owned();
         if let Some(tick) = e.tick {
             let mut cut = id.len().min(480);
@@ -520,7 +777,16 @@ impl State {
             gone.extend(self.dead.values().take(over).cloned());
         }
         for id in gone {
-            self.forget(&id);
+            self.forget_dead(&id, now);
+        }
+    }
+
+    /// Deletes dead letter `id`; a unique window starts now.
+    pub(crate) fn forget_dead(&mut self, id: &str, now: u64) {
+        if let Some((e, _)) = self.forget(id) {
+            if let Some(window) = e.unique {
+                self.keep_taken(id, now.saturating_add(window));
+            }
         }
     }
 
@@ -528,32 +794,25 @@ impl State {
     fn successor(&mut self, name: &str, at: u64) -> Moved {
         let moved = self.ahead(at);
         let seq = self.next_seq();
-        self.entries.insert(
-            name.to_owned(),
-            Entry {
-                value: None,
-                attempt: 0,
-                token: None,
-                since: None,
-                deadline: None,
-                tick: Some(at),
-                key: (at, seq),
-                dead: false,
-                reason: None,
-            },
-        );
+        let mut e = Entry::new(None, (at, seq));
+        e.tick = Some(at);
+        self.entries.insert(name.to_owned(), e);
         self.order.insert((at, seq), name.to_owned());
+        self.make_ready(name);
         moved
     }
 
-    /// Pushes the lease of (`id`, `token`) to `until`, if still held.
+    /// Pushes the lease of (`id`, `token`) to `until`, if still held (a
+    /// lease that ran out and was seen to is held again).
     pub(crate) fn extend(&mut self, id: &str, token: &str, until: u64, moved: &mut Moved) -> bool {
         if !self.holds(id, token) {
             return false;
         }
         moved.merge(self.ahead(until));
         let seq = self.entries[id].key.1;
-        self.set_key(id, (until, seq));
+        self.unready(id);
+        self.set_place(id, (until, seq));
+        self.hold(id);
         true
     }
 
@@ -594,10 +853,11 @@ impl State {
         let e = self.entries.get_mut(id).expect("found");
         e.key = (at, seq);
         self.order.insert((at, seq), id.to_owned());
+        self.make_ready(id);
         Some(moved)
     }
 
-    /// Deletes everything, schedules included.
+    /// Deletes everything, schedules and key limits included.
     pub(crate) fn purge(&mut self) {
         let seq = self.seq;
         *self = State::default();
@@ -631,7 +891,9 @@ impl State {
         self.schedules
             .insert(name.to_owned(), Schedule { rec, value });
         if relocate {
-            self.forget(name);
+            if let Some((_, freed)) = self.forget(name) {
+                moved.merge(freed);
+            }
             if let Some(first) = first() {
                 moved.merge(self.successor(name, first));
             }
@@ -645,5 +907,22 @@ impl State {
             .get(name)
             .filter(|e| e.tick.is_some() && e.token.is_none() && !e.dead)
             .map(|e| e.key.0)
+    }
+
+    /// Sets (`Some`) or removes (`None`) the limit of `key` (`*`: the
+    /// default); whether that changed it. A change may let waiting entries
+    /// run: consumers look again.
+    pub(crate) fn set_limit(
+        &mut self,
+        key: &str,
+        limit: Option<crate::durable::KeyLimit>,
+        moved: &mut Moved,
+    ) -> bool {
+        let changed = match limit {
+            Some(limit) => self.keys.limits.insert(key.to_owned(), limit) != Some(limit),
+            None => self.keys.limits.remove(key).is_some(),
+        };
+        moved.announce |= changed;
+        changed
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use super::error::Error;
 use super::inner::{Held, Inner, Op};
-use crate::durable::store::Applied;
+use crate::durable::store::{Applied, Taken};
 
 /// An entry taken from a [`PgQueue`](super::PgQueue), leased to this
 /// consumer until [`lease_until`](Self::lease_until).
@@ -21,6 +21,8 @@ pub struct Delivery<T> {
     value: T,
     deadline: SystemTime,
     lease_until: SystemTime,
+    key: Option<String>,
+    priority: i16,
 }
 
 impl<T: fmt::Debug> fmt::Debug for Delivery<T> {
@@ -31,26 +33,23 @@ impl<T: fmt::Debug> fmt::Debug for Delivery<T> {
             .field("attempt", &self.attempt)
             .field("deadline", &self.deadline)
             .field("lease_until", &self.lease_until)
+            .field("key", &self.key)
+            .field("priority", &self.priority)
             .finish()
     }
 }
 
 impl<T> Delivery<T> {
-    pub(crate) fn new(
-        queue: Arc<Inner>,
-        held: Held,
-        attempt: u32,
-        value: T,
-        deadline: SystemTime,
-        lease_until: SystemTime,
-    ) -> Self {
+    pub(crate) fn new(queue: Arc<Inner>, taken: Taken<T, Held>) -> Self {
         Delivery {
             queue,
-            held,
-            attempt,
-            value,
-            deadline,
-            lease_until,
+            held: taken.lease,
+            attempt: taken.attempt,
+            value: taken.value,
+            deadline: taken.deadline,
+            lease_until: taken.lease_until,
+            key: taken.key,
+            priority: taken.priority,
         }
     }
 
@@ -85,6 +84,16 @@ impl<T> Delivery<T> {
     /// When the lease runs out, by the database's clock.
     pub fn lease_until(&self) -> SystemTime {
         self.lease_until
+    }
+
+    /// The key whose limits the entry runs under, if it has one.
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// The entry's priority (0 by default).
+    pub fn priority(&self) -> i16 {
+        self.priority
     }
 
     /// Deletes the entry: the work is done. `Ok(false)` if the lease was

@@ -116,6 +116,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue
                     attempt,
                     deadline,
                     lease_until,
+                    key: None,
+                    priority: 0,
                     lease: held,
                 }),
                 Err(refused) => {

@@ -25,6 +25,9 @@ pub enum Error {
     /// unknown `CRON_TZ` zone (named), or a name taken by an entry that is
     /// not a schedule's tick.
     InvalidSchedule(String),
+    /// A key limit that cannot be: a rate whose period is zero; nothing was
+    /// written.
+    InvalidLimit(String),
 }
 
 impl fmt::Display for Error {
@@ -36,6 +39,7 @@ impl fmt::Display for Error {
             Error::InvalidName(why) => write!(f, "invalid queue name: {why}"),
             Error::Unsupported(why) => write!(f, "unsupported: {why}"),
             Error::InvalidSchedule(why) => write!(f, "invalid schedule: {why}"),
+            Error::InvalidLimit(why) => write!(f, "invalid key limit: {why}"),
         }
     }
 }

@@ -100,6 +100,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                     tick: row.try_get("o_tick")?,
                     reason: row.try_get("o_reason")?,
                     value: row.try_get("o_value")?,
+                    key: None,
+                    priority: 0,
                 }
                 .info(),
             );
@@ -155,6 +157,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 tick: row.try_get("tick")?,
                 reason: row.try_get("reason")?,
                 value: row.try_get("value")?,
+                key: None,
+                priority: 0,
             }
             .info(),
         ))

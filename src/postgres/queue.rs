@@ -611,14 +611,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     }
 
     fn delivery(&self, taken: Taken<T, super::inner::Held>) -> Delivery<T> {
-        Delivery::new(
-            Arc::clone(&self.inner),
-            taken.lease,
-            taken.attempt,
-            taken.value,
-            taken.deadline,
-            taken.lease_until,
-        )
+        Delivery::new(Arc::clone(&self.inner), taken)
     }
 }
 

@@ -83,6 +83,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQu
                     attempt,
                     deadline,
                     lease_until,
+                    key: None,
+                    priority: 0,
                     lease,
                 }
             })

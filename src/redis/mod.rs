@@ -260,6 +260,7 @@ mod durable;
 mod error;
 mod inner;
 mod operations;
+mod options;
 mod queue;
 mod schedules;
 mod scripts;

@@ -273,6 +273,8 @@ fn row(
         tick,
         reason,
         value,
+        key: None,
+        priority: 0,
     }
 }
 

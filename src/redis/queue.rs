@@ -578,14 +578,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     }
 
     fn delivery(&self, taken: Taken<T, Held>) -> Delivery<T> {
-        Delivery::new(
-            Arc::clone(&self.inner),
-            taken.lease,
-            taken.attempt,
-            taken.value,
-            taken.deadline,
-            taken.lease_until,
-        )
+        Delivery::new(Arc::clone(&self.inner), taken)
     }
 
     /// The claimed entries whose values decode, each made into an `R` by

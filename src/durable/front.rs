@@ -1,0 +1,214 @@
+//! The public methods that every store's queue has alike, written once:
+//! inserts with options and key limits. Each checks its arguments here and
+//! calls what its store does differently (`insert_plans`, `put_limit`,
+//! `read_limits`: a step on the memory state, a Lua script, an SQL
+//! function), so a new option lands here once and once per store's script
+//! or statement.
+
+/// Implements the shared methods for a store's queue `$queue` (its `Error`
+/// in scope). `$attr` marks the examples (`no_run` where a server is
+/// needed); `$open` is the example's hidden set-up: an async `main`
+/// returning the store's `Result` and a `queue: $queue<String>`.
+macro_rules! jobs_front {
+    ($queue:ident, $attr:literal, $open:literal) => {
+        impl<T> $queue<T>
+        where
+            T: ::serde::Serialize + ::serde::de::DeserializeOwned + Send + Sync + 'static,
+        {
+            /// Inserts `value` as `options` say: when it is due, under
+            /// which id, its priority and key, its own `max_attempts`, a
+            /// unique window, a replace (see
+            /// [`InsertOptions`](crate::durable::InsertOptions)). `Some(id)`
+            /// when it inserted (or replaced a pending entry); `None` when it
+            /// was refused: an entry has that id (leased, dead, or pending
+            /// without `replace`), or the id's unique window is open.
+            ///
+            /// # Errors
+            ///
+            /// `InvalidId` for an id or key the id rules refuse, or for
+            /// `unique_for` or `replace` without an id (the message names the
+            /// option); `Encode` if the value does not serialize; the
+            /// store's own error if it cannot be reached.
+            ///
+            /// # Examples
+            ///
+            #[doc = concat!("```", $attr)]
+            /// use punctual::durable::InsertOptions;
+            /// use std::time::Duration;
+            #[doc = $open]
+            /// // Re-index 2 s after the last edit, not on every keystroke.
+            /// let later = InsertOptions::new()
+            ///     .id("reindex:doc-7")
+            ///     .delay(Duration::from_secs(2))
+            ///     .replace(true);
+            /// assert!(queue.insert_with(&"edit 1".into(), &later).await?.is_some());
+            /// assert!(queue.insert_with(&"edit 2".into(), &later).await?.is_some());
+            /// assert_eq!(queue.stats().await?.pending, 1);
+            /// # Ok(()) }
+            /// ```
+            pub async fn insert_with(
+                &self,
+                value: &T,
+                options: &$crate::durable::InsertOptions,
+            ) -> Result<Option<String>, Error> {
+                let json = ::serde_json::to_string(value).map_err(Error::Encode)?;
+                let plan = options.plan(json).map_err(Error::InvalidId)?;
+                Ok(self.insert_plans(vec![plan]).await?.pop().flatten())
+            }
+
+            /// Inserts many entries as [`insert_with`](Self::insert_with)
+            /// does, in one step and one round trip, each answered in order
+            /// (`Some(id)`, or `None` where refused). An entry whose id an
+            /// earlier entry of the same call took is refused, unless it has
+            /// `replace` (then it replaces that one). An empty slice is
+            /// `Ok(vec![])`.
+            ///
+            /// # Errors
+            ///
+            /// As [`insert_with`](Self::insert_with), for any entry: then
+            /// nothing is inserted.
+            ///
+            /// # Examples
+            ///
+            #[doc = concat!("```", $attr)]
+            /// use punctual::durable::InsertOptions;
+            #[doc = $open]
+            /// let imports: Vec<(String, InsertOptions)> = (0..3)
+            ///     .map(|n| (format!("row {n}"), InsertOptions::new().key("tenant-a")))
+            ///     .collect();
+            /// let ids = queue.insert_many_with(&imports).await?;
+            /// assert!(ids.iter().all(Option::is_some));
+            /// # Ok(()) }
+            /// ```
+            pub async fn insert_many_with(
+                &self,
+                entries: &[(T, $crate::durable::InsertOptions)],
+            ) -> Result<Vec<Option<String>>, Error> {
+                if entries.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let plans = entries
+                    .iter()
+                    .map(|(value, options)| {
+                        let json = ::serde_json::to_string(value).map_err(Error::Encode)?;
+                        options.plan(json).map_err(Error::InvalidId)
+                    })
+                    .collect::<Result<Vec<_>, Error>>()?;
+                self.insert_plans(plans).await
+            }
+
+            /// Sets the limits the entries of `key` run under (an upsert;
+            /// see [`KeyLimit`](crate::durable::KeyLimit)); `true` if it
+            /// created or changed them. Kept in the store: every consumer
+            /// in every process follows it from its next claim. The key
+            /// `*` is the default ([`set_default_key_limit`](Self::set_default_key_limit)).
+            ///
+            /// # Errors
+            ///
+            /// `InvalidId` for a key the id rules refuse; `InvalidLimit`
+            /// for a rate whose period is zero; the store's own error if it
+            /// cannot be reached.
+            ///
+            /// # Examples
+            ///
+            #[doc = concat!("```", $attr)]
+            /// use punctual::durable::{KeyLimit, Rate};
+            /// use std::time::Duration;
+            #[doc = $open]
+            /// // At most 5 calls at once to the payment provider, 100 a minute.
+            /// let limit = KeyLimit {
+            ///     concurrency: Some(5),
+            ///     rate: Some(Rate { max: 100, per: Duration::from_secs(60) }),
+            /// };
+            /// assert!(queue.set_key_limit("payments", limit).await?);
+            /// assert!(!queue.set_key_limit("payments", limit).await?); // no change
+            /// assert_eq!(queue.key_limits().await?, [("payments".to_owned(), limit)]);
+            /// # Ok(()) }
+            /// ```
+            pub async fn set_key_limit(
+                &self,
+                key: &str,
+                limit: $crate::durable::KeyLimit,
+            ) -> Result<bool, Error> {
+                if let Some(why) = $crate::durable::options::key_problem(key) {
+                    return Err(Error::InvalidId(why));
+                }
+                limit.encode().map_err(Error::InvalidLimit)?;
+                self.put_limit(key, Some(limit)).await
+            }
+
+            /// Sets the limits of every key that has none of its own (kept
+            /// under the key `*`); entries without a key are never
+            /// limited.
+            ///
+            /// # Errors
+            ///
+            /// As [`set_key_limit`](Self::set_key_limit).
+            ///
+            /// # Examples
+            ///
+            #[doc = concat!("```", $attr)]
+            /// use punctual::durable::KeyLimit;
+            #[doc = $open]
+            /// // One sync per account at a time, for every account.
+            /// let one = KeyLimit { concurrency: Some(1), rate: None };
+            /// assert!(queue.set_default_key_limit(one).await?);
+            /// assert_eq!(queue.key_limits().await?, [("*".to_owned(), one)]);
+            /// # Ok(()) }
+            /// ```
+            pub async fn set_default_key_limit(
+                &self,
+                limit: $crate::durable::KeyLimit,
+            ) -> Result<bool, Error> {
+                self.set_key_limit($crate::durable::options::DEFAULT_KEY, limit)
+                    .await
+            }
+
+            /// Removes the limits of `key` (`*`: the default); `true` if it
+            /// had some. Its entries then run under the default, if any.
+            ///
+            /// # Errors
+            ///
+            /// As [`set_key_limit`](Self::set_key_limit).
+            ///
+            /// # Examples
+            ///
+            #[doc = concat!("```", $attr)]
+            /// use punctual::durable::KeyLimit;
+            #[doc = $open]
+            /// let two = KeyLimit { concurrency: Some(2), rate: None };
+            /// queue.set_key_limit("tenant-a", two).await?;
+            /// assert!(queue.remove_key_limit("tenant-a").await?);
+            /// assert!(!queue.remove_key_limit("tenant-a").await?);
+            /// # Ok(()) }
+            /// ```
+            pub async fn remove_key_limit(&self, key: &str) -> Result<bool, Error> {
+                if let Some(why) = $crate::durable::options::key_problem(key) {
+                    return Err(Error::InvalidId(why));
+                }
+                self.put_limit(key, None).await
+            }
+
+            /// Every key limit of the queue, by key (the default under
+            /// `*`).
+            ///
+            /// # Errors
+            ///
+            /// The store's own error if it cannot be reached.
+            ///
+            /// # Examples
+            ///
+            #[doc = concat!("```", $attr)]
+            #[doc = $open]
+            /// assert!(queue.key_limits().await?.is_empty());
+            /// # Ok(()) }
+            /// ```
+            pub async fn key_limits(
+                &self,
+            ) -> Result<Vec<(String, $crate::durable::KeyLimit)>, Error> {
+                self.read_limits().await
+            }
+        }
+    };
+}
+pub(crate) use jobs_front;
