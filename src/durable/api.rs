@@ -8,7 +8,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::store::Sealed;
-use super::{Cursor, EntryInfo, EntryState, InsertOptions, KeyLimit, Page, ScheduleInfo};
+use super::{
+    Cursor, EntryInfo, EntryState, InsertOptions, JobResult, KeyLimit, Page, ScheduleInfo,
+};
 use crate::MissedTicks;
 
 /// Counts of a durable queue's entries by state, from `stats()` (on every
@@ -244,6 +246,23 @@ pub trait Durable: Sealed<Value = <Self as Durable>::Item> + Clone + Send + Sync
     fn key_limits(
         &self,
     ) -> impl Future<Output = Result<Vec<(String, KeyLimit)>, Self::Error>> + Send;
+
+    /// What became of entry `id`, if its result is kept.
+    fn result(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<JobResult>, Self::Error>> + Send;
+
+    /// Waits at most `timeout` for entry `id` to finish; its result.
+    fn wait(
+        &self,
+        id: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Option<JobResult>, Self::Error>> + Send;
+
+    /// Cancels entry `id`, stopping its run if one holds it; whether there
+    /// was such an entry.
+    fn cancel(&self, id: &str) -> impl Future<Output = Result<bool, Self::Error>> + Send;
 }
 
 /// Implements [`Durable`] for a store's queue by its inherent methods of
@@ -467,6 +486,32 @@ macro_rules! durable_by_inherent_methods {
                 Output = Result<Vec<(String, $crate::durable::KeyLimit)>, Error>,
             > + Send {
                 $queue::key_limits(self)
+            }
+
+            fn result(
+                &self,
+                id: &str,
+            ) -> impl ::std::future::Future<
+                Output = Result<Option<$crate::durable::JobResult>, Error>,
+            > + Send {
+                $queue::result(self, id)
+            }
+
+            fn wait(
+                &self,
+                id: &str,
+                timeout: ::std::time::Duration,
+            ) -> impl ::std::future::Future<
+                Output = Result<Option<$crate::durable::JobResult>, Error>,
+            > + Send {
+                $queue::wait(self, id, timeout)
+            }
+
+            fn cancel(
+                &self,
+                id: &str,
+            ) -> impl ::std::future::Future<Output = Result<bool, Error>> + Send {
+                $queue::cancel(self, id)
             }
         }
     };

@@ -133,6 +133,8 @@ struct Run<L> {
     id: String,
     attempt: u32,
     abort: AbortHandle,
+    /// Resolves the job's `cancelled()` future.
+    cancel: watch::Sender<bool>,
     state: RunState,
     /// Until when its lease is surely held (also read by its task).
     fence: Arc<Fence>,
@@ -144,6 +146,8 @@ enum RunState {
     Running,
     /// Its lease was lost: aborted, its outcome discarded.
     Dropped,
+    /// Its entry was cancelled: aborted, its outcome discarded.
+    Cancelled,
     /// Aborted at the end of a shutdown's grace: given back (attempt
     /// counted) once its task has ended, acked if it had finished. Its
     /// lease is kept alive until then (a handler that blocks its thread
@@ -194,6 +198,9 @@ pub(super) struct Engine<Q: Durable, H, Fut> {
     lease: Duration,
     counters: Arc<Counters>,
     kicks: watch::Receiver<u64>,
+    /// Pushes that an entry was cancelled (where the store pushes them):
+    /// the next extension is sent at once, and says which.
+    cancels: Option<watch::Receiver<u64>>,
     stopped: watch::Receiver<Option<Duration>>,
     tasks: JoinSet<Ran>,
     runs: HashMap<Id, Run<Lease<Q>>>,
@@ -269,6 +276,7 @@ where
             store: queue.store_kind(),
             lease: queue.lease_duration(),
             kicks: queue.kicks(),
+            cancels: queue.cancels(),
             queue,
             handler: Arc::new(handler),
             concurrency,
@@ -382,6 +390,13 @@ where
                 _ = tokio::time::sleep_until(next_beat), if self.extension.is_none() && !(self.runs.is_empty() && self.prefetched.is_empty()) => {
                     next_beat = deadline_after(Instant::now(), beat);
                     self.heartbeat();
+                }
+                pushed = async { self.cancels.as_mut().expect("checked").changed().await }, if self.cancels.is_some() && !(self.runs.is_empty() && self.prefetched.is_empty()) => {
+                    match pushed {
+                        // The next extension, at once, says which was cancelled.
+                        Ok(()) => next_beat = Instant::now(),
+                        Err(_) => self.cancels = None,
+                    }
                 }
                 _ = tokio::time::sleep_until(fence.unwrap_or(now)), if fence.is_some() => {
                     self.drop_overdue(Instant::now());
@@ -689,6 +704,7 @@ where
             attempt,
             schedule = schedule.as_deref().unwrap_or(""),
         );
+        let cancel = watch::Sender::new(false);
         let job = Job {
             id: id.clone(),
             value,
@@ -697,6 +713,7 @@ where
             schedule,
             key,
             priority,
+            cancel: cancel.subscribe(),
         };
         let handler = Arc::clone(&self.handler);
         let fence = Fence::new(valid_until);
@@ -724,6 +741,7 @@ where
                 id,
                 attempt,
                 abort,
+                cancel,
                 state: RunState::Running,
                 fence,
                 started: Instant::now(),
@@ -773,6 +791,10 @@ where
                 self.processed(took, "lost", None);
                 return;
             }
+            (RunState::Cancelled, _) => {
+                self.processed(took, "cancelled", None);
+                return;
+            }
             (_, Ended::Fenced) => {
                 self.processed(took, "lost", None);
                 Counters::bump(&self.counters.lost);
@@ -789,7 +811,7 @@ where
             (_, Ended::Said(outcome, cause)) => {
                 let ending = self.ending(&run, outcome);
                 let (label, error) = match (&ending, cause) {
-                    (Ending::Ack, _) => ("done", None),
+                    (Ending::Ack { .. }, _) => ("done", None),
                     (Ending::Snooze { .. }, _) => ("snooze", None),
                     (Ending::Discard { .. }, _) => ("discard", Some("handler")),
                     (_, Cause::Timeout) => ("timeout", Some("timeout")),
@@ -825,7 +847,12 @@ where
     /// How `run` ends by what its handler said; counts its failures.
     fn ending(&self, run: &Run<Lease<Q>>, outcome: Outcome) -> Ending {
         let (reason, ending) = match outcome {
-            Outcome::Done => return Ending::Ack,
+            Outcome::Done => return Ending::Ack { output: None },
+            Outcome::Output(output) => {
+                return Ending::Ack {
+                    output: Some(output.to_string()),
+                };
+            }
             Outcome::Snooze(delay) => return Ending::Snooze { delay },
             Outcome::Retry { reason, after } => (
                 reason.clone(),
@@ -880,6 +907,28 @@ where
         );
     }
 
+    /// Stops run `task`, whose entry was cancelled: resolves its job's
+    /// `cancelled()` first, then drops the handler at its next await (as
+    /// for a lost lease: it is not polled again). Counted in `lost`.
+    fn cancel_run(&mut self, task: Id) {
+        let Some(run) = self.runs.get_mut(&task) else {
+            return;
+        };
+        if run.state != RunState::Running {
+            return;
+        }
+        run.state = RunState::Cancelled;
+        run.cancel.send_replace(true);
+        run.abort.abort();
+        Counters::bump(&self.counters.lost);
+        tracing::info!(
+            queue = self.name,
+            id = run.id,
+            attempt = run.attempt,
+            "a job was cancelled; its handler is dropped"
+        );
+    }
+
     /// The grace is over: the handlers still running are dropped at their
     /// next await and given back when their tasks have ended.
     fn stop_runs(&mut self) {
@@ -924,10 +973,10 @@ where
                     pending = true;
                     self.finished.push(finish.clone());
                 }
-                (Ending::Ack, Applied::Done) => Counters::bump(&self.counters.completed),
+                (Ending::Ack { .. }, Applied::Done) => Counters::bump(&self.counters.completed),
                 // Sent before in a request whose reply was lost: it applied
                 // then (most likely), or its lease was lost; counted done.
-                (Ending::Ack, Applied::Lost) if finish.resent => {
+                (Ending::Ack { .. }, Applied::Lost) if finish.resent => {
                     Counters::bump(&self.counters.completed);
                 }
                 // Likewise a failure or a snooze: applied then, and
@@ -937,7 +986,7 @@ where
                     Applied::Lost,
                 ) if finish.resent => {}
                 (
-                    Ending::Ack
+                    Ending::Ack { .. }
                     | Ending::Fail { .. }
                     | Ending::Discard { .. }
                     | Ending::Snooze { .. },

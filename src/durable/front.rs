@@ -208,6 +208,110 @@ macro_rules! jobs_front {
             ) -> Result<Vec<(String, $crate::durable::KeyLimit)>, Error> {
                 self.read_limits().await
             }
+
+            /// What became of entry `id`, if its result is kept: the queue
+            /// keeps one for `keep_results` (a builder setting; default 0:
+            /// none) after an entry finishes (acked, dead-lettered,
+            /// cancelled). `None` otherwise (not finished, not kept, or
+            /// expired).
+            ///
+            /// # Errors
+            ///
+            /// `InvalidId` for an id the id rules refuse; the store's own
+            /// error if it cannot be reached.
+            ///
+            /// # Examples
+            ///
+            #[doc = concat!("```", $attr)]
+            #[doc = $open]
+            /// if let Some(done) = queue.result("invoice-42").await? {
+            ///     println!("{}: {} at {:?}", done.id, done.state, done.finished_at);
+            /// }
+            /// # Ok(()) }
+            /// ```
+            pub async fn result(
+                &self,
+                id: &str,
+            ) -> Result<Option<$crate::durable::JobResult>, Error> {
+                if let Some(why) = $crate::durable::rules::id_problem(id) {
+                    return Err(Error::InvalidId(why));
+                }
+                self.read_result(id).await
+            }
+
+            /// Waits until entry `id` finishes, at most `timeout`: its
+            /// result at once if it is kept; else as soon as the entry
+            /// finishes (the store pushes it; a lost push costs at most the
+            /// poll interval), its result if the queue keeps results (else
+            /// `None`: the entry is gone); `None` at `timeout`, and at once
+            /// for an id with neither a live entry nor a kept result. Any
+            /// number of waiters on one handle share its one subscription.
+            ///
+            /// # Errors
+            ///
+            /// As [`result`](Self::result).
+            ///
+            /// # Cancel safety
+            ///
+            /// Dropping the future changes nothing (it only reads).
+            ///
+            /// # Examples
+            ///
+            #[doc = concat!("```", $attr)]
+            /// use std::time::Duration;
+            #[doc = $open]
+            /// let id = queue.insert(&"render".into(), Duration::ZERO).await?;
+            /// // ... a worker somewhere runs it ...
+            /// match queue.wait(&id, Duration::from_millis(10)).await? {
+            ///     Some(result) => println!("{id}: {}", result.state),
+            ///     None => println!("{id}: not finished yet"),
+            /// }
+            /// # Ok(()) }
+            /// ```
+            pub async fn wait(
+                &self,
+                id: &str,
+                timeout: ::std::time::Duration,
+            ) -> Result<Option<$crate::durable::JobResult>, Error> {
+                if let Some(why) = $crate::durable::rules::id_problem(id) {
+                    return Err(Error::InvalidId(why));
+                }
+                $crate::durable::results::wait(self, id, timeout).await
+            }
+
+            /// Cancels entry `id`: a pending, due or dead entry is removed
+            /// (as [`remove`](Self::remove)); a leased one is deleted at once
+            /// and its lease revoked: its holder's `ack`, `retry` and
+            /// `extend` answer `Ok(false)`, and a [`Worker`](crate::durable::Worker)
+            /// holding it learns it by a push (or at its next lease
+            /// extension, within a third of the lease), resolves
+            /// [`Job::cancelled`](crate::durable::Job::cancelled) and stops the
+            /// run at its next await, never to retry it. The result
+            /// `Cancelled` is kept where the queue keeps results; a unique
+            /// window starts; a schedule's tick is cancelled alone (the
+            /// schedule goes on with its next instant). `false` when no
+            /// entry has that id.
+            ///
+            /// # Errors
+            ///
+            /// As [`result`](Self::result).
+            ///
+            /// # Examples
+            ///
+            #[doc = concat!("```", $attr)]
+            /// use std::time::Duration;
+            #[doc = $open]
+            /// let id = queue.insert(&"export".into(), Duration::from_secs(60)).await?;
+            /// assert!(queue.cancel(&id).await?);
+            /// assert!(!queue.cancel(&id).await?);
+            /// # Ok(()) }
+            /// ```
+            pub async fn cancel(&self, id: &str) -> Result<bool, Error> {
+                if let Some(why) = $crate::durable::rules::id_problem(id) {
+                    return Err(Error::InvalidId(why));
+                }
+                self.cancel_entry(id).await
+            }
         }
     };
 }

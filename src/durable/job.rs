@@ -1,6 +1,7 @@
 //! [`Job`]: what a worker's handler gets for one delivery.
 
 use std::fmt;
+use std::future::Future;
 use std::time::SystemTime;
 
 /// One delivery of a durable entry, handed to a
@@ -14,6 +15,8 @@ pub struct Job<T> {
     pub(crate) schedule: Option<String>,
     pub(crate) key: Option<String>,
     pub(crate) priority: i16,
+    /// Turns true when the entry is cancelled while this run holds it.
+    pub(crate) cancel: tokio::sync::watch::Receiver<bool>,
 }
 
 impl<T: fmt::Debug> fmt::Debug for Job<T> {
@@ -72,5 +75,43 @@ impl<T> Job<T> {
     /// 0 by default).
     pub fn priority(&self) -> i16 {
         self.priority
+    }
+
+    /// Resolves when the entry is cancelled (`cancel(id)`) while this run
+    /// holds it, before the worker stops the run: the handler is not polled
+    /// again once the worker knows (as for a lost lease), so what must
+    /// happen on a cancel (stop a process it started, release a resource)
+    /// goes in a task that awaits this future. Never resolves otherwise
+    /// (select it against the task's own end).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::durable::{Job, Outcome};
+    ///
+    /// async fn render(job: Job<String>) -> Outcome {
+    ///     let cancelled = job.cancelled();
+    ///     let work = tokio::spawn(async move { /* render job.value() */ });
+    ///     let abort = work.abort_handle();
+    ///     // Stops the work when the job is cancelled, from outside the handler.
+    ///     tokio::spawn(async move {
+    ///         cancelled.await;
+    ///         abort.abort();
+    ///     });
+    ///     match work.await {
+    ///         Ok(()) => Outcome::Done,
+    ///         Err(e) => Outcome::retry(e),
+    ///     }
+    /// }
+    /// # let _ = render;
+    /// ```
+    pub fn cancelled(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut cancel = self.cancel.clone();
+        async move {
+            if cancel.wait_for(|cancelled| *cancelled).await.is_err() {
+                // The run ended without a cancel: never.
+                std::future::pending::<()>().await;
+            }
+        }
     }
 }

@@ -85,6 +85,7 @@ pub(crate) mod metrics;
 pub(crate) mod ops;
 pub(crate) mod options;
 mod outcome;
+pub(crate) mod results;
 pub(crate) mod rules;
 mod schedule;
 pub(crate) mod store;
@@ -100,6 +101,7 @@ pub use entries::{Cursor, EntryInfo, EntryState, InvalidCursor, Page};
 pub use job::Job;
 pub use options::{InsertOptions, KeyLimit, Rate};
 pub use outcome::Outcome;
+pub use results::{Finished, JobResult};
 pub use schedule::ScheduleInfo;
 #[cfg(feature = "cron")]
 pub(crate) use schedule::cron_instants;

@@ -47,6 +47,8 @@ pub(crate) struct Op {
     pub(crate) tick: Option<Tick>,
     /// The cron instants of a tick's successor.
     pub(crate) cands: String,
+    /// An ack's output (JSON), kept in its result.
+    pub(crate) output: Option<String>,
 }
 
 impl Op {
@@ -89,7 +91,10 @@ impl Op {
     /// The op of a worker's finish.
     pub(crate) fn of(finish: &Finish<Held>) -> Op {
         match &finish.ending {
-            Ending::Ack => Op::ack(&finish.lease),
+            Ending::Ack { output } => Op {
+                output: output.clone(),
+                ..Op::ack(&finish.lease)
+            },
             Ending::Fail { delay, reason } => Op::fail(&finish.lease, *delay, reason.clone()),
             Ending::Snooze { delay } => Op::snooze(&finish.lease, *delay),
             Ending::Discard { reason } => Op::discard(&finish.lease, reason.clone()),
@@ -108,6 +113,7 @@ impl Op {
             reason: String::new(),
             tick: None,
             cands: String::new(),
+            output: None,
         }
     }
 
@@ -120,6 +126,7 @@ impl Op {
             reason,
             tick: lease.tick.clone(),
             cands: String::new(),
+            output: None,
         }
     }
 
@@ -326,6 +333,9 @@ impl Refused {
 pub(crate) struct Retention {
     pub(crate) max_age: Option<Duration>,
     pub(crate) max_count: Option<u64>,
+    /// How long results of entries that finish through the handle are
+    /// kept (`keep_results`; zero: none).
+    pub(crate) keep_results: Duration,
 }
 
 impl Retention {

@@ -1,6 +1,8 @@
 //! [`Outcome`]: what a worker's handler says of a job.
 
 use std::fmt::Display;
+
+use serde::Serialize;
 use std::time::Duration;
 
 /// What a [`Worker`](super::Worker)'s handler says of a job: done, try
@@ -17,6 +19,7 @@ use std::time::Duration;
 /// | `Retry` | due again after `after`, or the backoff; dead once attempts reach `max_attempts` | yes | `failed` (and `dead`) |
 /// | `Snooze` | due again after the delay, the next delivery with the same `attempt()`; never dead | no | none |
 /// | `Discard` | to the dead letters now, with the reason, attempts left or not | yes | `failed` and `dead` |
+/// | `Output` ([`done_with`](Outcome::done_with)) | acked, as `Done`; the output kept in its result | yes | `completed` |
 ///
 /// A snoozed or retried tick keeps its instant ([`Job::deadline`](super::Job::deadline));
 /// a discarded tick goes to the dead letters and its schedule goes on.
@@ -65,6 +68,10 @@ pub enum Outcome {
         /// Why; the dead letter's reason.
         reason: String,
     },
+    /// Done, with an output kept in the job's
+    /// [`JobResult`](super::JobResult) (where the queue keeps results):
+    /// what [`done_with`](Outcome::done_with) makes.
+    Output(serde_json::Value),
 }
 
 impl Outcome {
@@ -89,6 +96,25 @@ impl Outcome {
         Outcome::Discard {
             reason: reason.to_string(),
         }
+    }
+
+    /// Done, with `output` kept in the job's [`JobResult`](super::JobResult)
+    /// for whoever reads or awaits it (`result`, `wait`), where the queue
+    /// keeps results (`keep_results`). An output that does not serialize
+    /// to JSON is kept as its error's text (the job is done all the same).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::durable::Outcome;
+    ///
+    /// let outcome = Outcome::done_with(&vec!["a.pdf", "b.pdf"]);
+    /// assert_eq!(outcome, Outcome::Output(serde_json::json!(["a.pdf", "b.pdf"])));
+    /// ```
+    pub fn done_with(output: &impl Serialize) -> Self {
+        Outcome::Output(serde_json::to_value(output).unwrap_or_else(|e| {
+            serde_json::Value::String(format!("output does not serialize: {e}"))
+        }))
     }
 }
 

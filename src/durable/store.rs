@@ -20,8 +20,9 @@ use super::wait::Waiter;
 /// How the worker finishes one delivery.
 #[derive(Debug, Clone)]
 pub enum Ending {
-    /// Done: delete the entry (a tick: and insert its successor).
-    Ack,
+    /// Done: delete the entry (a tick: and insert its successor), keeping
+    /// `output` (JSON) in its result where the queue keeps results.
+    Ack { output: Option<String> },
     /// A failed attempt: retried after `delay`, or to the dead letters with
     /// `reason` once the entry's attempts reached the queue's limit.
     Fail { delay: Duration, reason: String },
@@ -184,6 +185,44 @@ pub trait Sealed {
         leases: &[Self::Lease],
         lease: Duration,
     ) -> impl Future<Output = Result<Vec<bool>, Self::Failure>> + Send;
+
+    /// As `extend`, telling a lease lost to `cancel` from one lost
+    /// otherwise (where the store keeps cancel marks).
+    fn extend_marked(
+        &self,
+        leases: &[Self::Lease],
+        lease: Duration,
+    ) -> impl Future<Output = Result<Vec<Extended>, Self::Failure>> + Send
+    where
+        Self: Sync,
+    {
+        async move {
+            let held = self.extend(leases, lease).await?;
+            Ok(held
+                .into_iter()
+                .map(|held| if held { Extended::Held } else { Extended::Lost })
+                .collect())
+        }
+    }
+
+    /// Announcements that an entry this handle's workers may hold was
+    /// cancelled (their next extension says which), where the store pushes
+    /// them.
+    fn cancels(&self) -> Option<watch::Receiver<u64>> {
+        None
+    }
+}
+
+/// What an extension found of one lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extended {
+    /// Still held: pushed on.
+    Held,
+    /// Lost: removed, or delivered again.
+    Lost,
+    /// Its entry was cancelled: the run stops, as for a lost lease, after
+    /// `Job::cancelled` resolved.
+    Cancelled,
 }
 
 /// Reports what `batch` delivered (`messaging.client.consumed.messages`,

@@ -21,6 +21,7 @@ pub struct MemoryQueueBuilder<T> {
     max_attempts: u32,
     dead_max_age: Option<Duration>,
     dead_max_count: Option<u64>,
+    keep_results: Duration,
     start_at: Option<SystemTime>,
     /// The queue to join, instead of making one.
     join: Option<Arc<Inner>>,
@@ -35,6 +36,7 @@ impl<T> fmt::Debug for MemoryQueueBuilder<T> {
             .field("max_attempts", &self.max_attempts)
             .field("dead_max_age", &self.dead_max_age)
             .field("dead_max_count", &self.dead_max_count)
+            .field("keep_results", &self.keep_results)
             .field("start_at", &self.start_at)
             .field("joins", &self.join.is_some())
             .finish()
@@ -49,6 +51,7 @@ impl<T> MemoryQueueBuilder<T> {
             max_attempts: 10,
             dead_max_age: None,
             dead_max_count: None,
+            keep_results: Duration::ZERO,
             start_at: None,
             join: None,
             _values: PhantomData,
@@ -82,6 +85,32 @@ impl<T> MemoryQueueBuilder<T> {
     /// through this handle; default: kept whatever their age.
     pub fn dead_max_age(mut self, age: Duration) -> Self {
         self.dead_max_age = Some(age);
+        self
+    }
+
+    /// How long the result of an entry that finished through this handle
+    /// (acked, dead-lettered, cancelled) is kept for `result` and `wait`;
+    /// default 0: nothing is kept once an entry finishes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::durable::Finished;
+    /// use punctual::memory::MemoryQueue;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), punctual::memory::Error> {
+    /// let jobs: MemoryQueue<u64> = MemoryQueue::builder("jobs")
+    ///     .keep_results(Duration::from_secs(24 * 3600))
+    ///     .build();
+    /// let id = jobs.insert(&7, Duration::ZERO).await?;
+    /// jobs.take().await?.ack().await?;
+    /// assert_eq!(jobs.result(&id).await?.unwrap().state, Finished::Done);
+    /// # Ok(()) }
+    /// ```
+    pub fn keep_results(mut self, for_: Duration) -> Self {
+        self.keep_results = for_;
         self
     }
 
@@ -167,6 +196,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueueBuilder
             limit: self.max_attempts,
             dead_max_age: self.dead_max_age.map(crate::durable::ops::millis),
             dead_max_count: self.dead_max_count,
+            keep: crate::durable::ops::millis(self.keep_results),
         };
         if let Some(inner) = self.join {
             assert!(

@@ -12,7 +12,7 @@ use super::error::Error;
 use super::inner::NAP;
 use super::queue::MemoryQueue;
 use crate::durable::ops::{Held, Op, decode};
-use crate::durable::store::{Applied, Batch, Finish, Sealed, Taken, record_delivered};
+use crate::durable::store::{Applied, Batch, Extended, Finish, Sealed, Taken, record_delivered};
 use crate::durable::wait::Waiter;
 
 crate::durable::durable_by_inherent_methods!(MemoryQueue);
@@ -120,5 +120,17 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for MemoryQ
         let held: Vec<&Held> = leases.iter().collect();
         let ends = self.inner().extend(&held, lease);
         Ok(ends.into_iter().map(|end| end.is_some()).collect())
+    }
+
+    async fn extend_marked(
+        &self,
+        leases: &[Held],
+        lease: Duration,
+    ) -> Result<Vec<Extended>, Error> {
+        Ok(self.inner().extend_marked(leases, lease))
+    }
+
+    fn cancels(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.inner().cancels.subscribe())
     }
 }

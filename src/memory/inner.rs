@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
 use super::clock::Clock;
@@ -33,6 +34,10 @@ pub(crate) struct Inner {
     pub(crate) clock: Clock,
     state: Mutex<State>,
     pub(crate) waiter: Waiter,
+    /// The ids of entries that left the live ones (for `wait`).
+    pub(crate) finishes: broadcast::Sender<Arc<str>>,
+    /// Counts the cancels of leased entries (for the workers holding them).
+    pub(crate) cancels: watch::Sender<u64>,
 }
 
 /// The answer of a claim.
@@ -55,6 +60,8 @@ impl Inner {
             clock,
             state: Mutex::new(State::default()),
             waiter: Waiter::default(),
+            finishes: broadcast::Sender::new(1024),
+            cancels: watch::Sender::new(0),
         }
     }
 
@@ -63,13 +70,19 @@ impl Inner {
     pub(crate) fn write<R>(&self, step: impl FnOnce(&mut State, u64, &mut Moved) -> R) -> R {
         let now = self.clock.now_ms();
         let mut moved = Moved::default();
-        let out = {
+        let (out, finished) = {
             let mut state = self.state.lock();
             state.now = now;
-            step(&mut state, now, &mut moved)
+            let out = step(&mut state, now, &mut moved);
+            (out, std::mem::take(&mut state.results.finished))
         };
         if moved.announce {
             self.waiter.kick();
+        }
+        if self.finishes.receiver_count() > 0 {
+            for id in finished {
+                let _ = self.finishes.send(Arc::from(id));
+            }
         }
         out
     }
@@ -129,6 +142,32 @@ impl Inner {
         })
     }
 
+    /// As `extend`, telling a lease lost to a cancel from one lost
+    /// otherwise.
+    pub(crate) fn extend_marked(
+        &self,
+        held: &[Held],
+        lease: Duration,
+    ) -> Vec<crate::durable::store::Extended> {
+        self.write(|state, now, moved| {
+            let until = now.saturating_add(millis(lease));
+            held.iter()
+                .map(|h| state.extend_marked(&h.id, &h.token, until, now, moved))
+                .collect()
+        })
+    }
+
+    /// Cancels entry `id` (see `State::cancel`); `lease`: the cancelling
+    /// handle's. Whether there was such an entry.
+    pub(crate) fn cancel(&self, id: &str, lease: Duration, rules: Rules) -> bool {
+        let leased =
+            self.write(|state, now, moved| state.cancel(id, millis(lease), now, rules, moved));
+        if leased == Some(true) {
+            self.cancels.send_modify(|n| *n += 1);
+        }
+        leased.is_some()
+    }
+
     /// Pushes the leases of `held` to now + `lease`: the new end of each, or
     /// `None` where it was lost.
     pub(crate) fn extend(&self, held: &[&Held], lease: Duration) -> Vec<Option<u64>> {
@@ -157,7 +196,10 @@ fn apply(state: &mut State, op: &Op, now: u64, rules: Rules, moved: &mut Moved) 
         }
         _ => return Applied::Lost,
     };
-    match state.finish(end, &op.id, &op.token, op.ms, &op.reason, now, rules, moved) {
+    let output = op.output.as_deref();
+    match state.finish(
+        end, &op.id, &op.token, op.ms, &op.reason, output, now, rules, moved,
+    ) {
         Done::Lost => Applied::Lost,
         Done::Applied => Applied::Done,
         Done::Dead => Applied::Dead,

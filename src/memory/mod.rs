@@ -67,6 +67,7 @@ mod delivery;
 mod durable;
 mod error;
 mod inner;
+mod kept;
 mod operations;
 mod options;
 mod queue;

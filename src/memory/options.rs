@@ -5,9 +5,11 @@
 use std::sync::Arc;
 
 use super::error::Error;
+use super::inner::NAP;
 use super::queue::MemoryQueue;
-use crate::durable::KeyLimit;
 use crate::durable::options::Plan;
+use crate::durable::results::{Lookup, Results};
+use crate::durable::{JobResult, KeyLimit};
 
 crate::durable::front::jobs_front!(
     MemoryQueue,
@@ -62,5 +64,50 @@ impl<T> MemoryQueue<T> {
                 .map(|(key, limit)| (key.clone(), *limit))
                 .collect()
         }))
+    }
+
+    /// Entry `id`'s kept result.
+    pub(crate) async fn read_result(&self, id: &str) -> Result<Option<JobResult>, Error> {
+        Ok(self.inner().read(|state, now| {
+            let (kept, _) = state.lookup(id, now);
+            kept.map(|kept| result_of(id, kept))
+        }))
+    }
+
+    /// Cancels entry `id`; whether there was one.
+    pub(crate) async fn cancel_entry(&self, id: &str) -> Result<bool, Error> {
+        Ok(self.inner().cancel(id, self.lease, self.rules))
+    }
+}
+
+fn result_of(id: &str, kept: super::kept::Kept) -> JobResult {
+    JobResult::kept(
+        id,
+        kept.state,
+        kept.at,
+        kept.attempts,
+        kept.output.as_deref(),
+        kept.reason,
+    )
+}
+
+impl<T: Send + Sync> Results for MemoryQueue<T> {
+    type Failure = Error;
+
+    async fn lookup(&self, id: &str) -> Result<Lookup, Error> {
+        Ok(self.inner().read(|state, now| match state.lookup(id, now) {
+            (Some(kept), _) => Lookup::Finished(result_of(id, kept)),
+            (None, true) => Lookup::Live,
+            (None, false) => Lookup::Unknown,
+        }))
+    }
+
+    fn finishes(&self) -> tokio::sync::broadcast::Receiver<Arc<str>> {
+        self.inner().finishes.subscribe()
+    }
+
+    fn recheck_every(&self) -> std::time::Duration {
+        // Nothing is lost in process: a push always comes.
+        NAP
     }
 }

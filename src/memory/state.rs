@@ -24,7 +24,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use super::kept::{Kept, Results};
 use super::ready::{Keys, Ready};
+use crate::durable::Finished;
 use crate::durable::options::Plan;
 
 /// How the rules refer to a schedule: `e,<period ms>,<policy>` or
@@ -197,6 +199,8 @@ pub(crate) struct State {
     /// same by time, to forget them when they expire.
     unique: HashMap<String, u64>,
     unique_until: BTreeSet<(u64, String)>,
+    /// Results, cancel marks, and the ids that finished in this step.
+    pub(crate) results: Results,
 }
 
 /// What a handle's settings say about deaths: after `limit` deliveries
@@ -207,6 +211,8 @@ pub(crate) struct Rules {
     pub(crate) limit: u32,
     pub(crate) dead_max_age: Option<u64>,
     pub(crate) dead_max_count: Option<u64>,
+    /// How long a finished entry's result is kept, in ms (0: not kept).
+    pub(crate) keep: u64,
 }
 
 /// The reason of an entry past its deliveries.
@@ -466,6 +472,7 @@ impl State {
             self.dead.remove(&e.key);
         } else {
             self.order.remove(&e.key);
+            self.results.finished.push(id.to_owned());
         }
         Some((e, freed))
     }
@@ -635,6 +642,7 @@ impl State {
         token: &str,
         ms: u64,
         reason: &str,
+        output: Option<&str>,
         now: u64,
         rules: Rules,
         moved: &mut Moved,
@@ -694,6 +702,14 @@ impl State {
                     if let Some(window) = e.unique {
                         self.keep_taken(id, now.saturating_add(window));
                     }
+                    let kept = Kept {
+                        state: Finished::Done,
+                        at: now,
+                        attempts: e.attempt,
+                        output: output.map(Arc::from),
+                        reason: None,
+                    };
+                    self.results.keep(id, kept, rules.keep, now);
                 }
                 if let Some(next) = next {
                     moved.merge(self.successor(id, next));
@@ -719,6 +735,7 @@ impl State {
                 token,
                 0,
                 "",
+                None,
                 now,
                 Rules::default(),
                 moved,
@@ -748,6 +765,14 @@ impl State {
             }
             e.value = Some(self.schedule_value(id));
         }
+        let kept = Kept {
+            state: Finished::Dead,
+            at: now,
+            attempts: e.attempt,
+            output: None,
+            reason: Some(reason.clone()),
+        };
+        self.results.keep(&dead_id, kept, rules.keep, now);
         let seq = self.next_seq();
         e.token = None;
         e.since = None;
@@ -841,6 +866,8 @@ impl State {
     /// dead tick comes back as a one-off entry).
     pub(crate) fn requeue_dead(&mut self, id: &str, at: u64) -> Option<Moved> {
         let e = self.entries.get_mut(id).filter(|e| e.dead)?;
+        // Its next finish is the one a `wait` waits for.
+        self.results.forget(id);
         e.attempt = 0;
         e.tick = None;
         e.deadline = None;
@@ -907,6 +934,83 @@ impl State {
             .get(name)
             .filter(|e| e.tick.is_some() && e.token.is_none() && !e.dead)
             .map(|e| e.key.0)
+    }
+
+    /// As `extend`, telling a lease lost to a cancel from one lost
+    /// otherwise.
+    pub(crate) fn extend_marked(
+        &mut self,
+        id: &str,
+        token: &str,
+        until: u64,
+        now: u64,
+        moved: &mut Moved,
+    ) -> crate::durable::store::Extended {
+        use crate::durable::store::Extended;
+        if self.extend(id, token, until, moved) {
+            Extended::Held
+        } else if self.results.cancelled(id, token, now) {
+            Extended::Cancelled
+        } else {
+            Extended::Lost
+        }
+    }
+
+    /// Cancels entry `id`: deletes it at once (a dead letter as `remove`
+    /// does), keeps its result `Cancelled` (a dead letter keeps its own),
+    /// starts its unique window, and, if it was leased, marks its lease for
+    /// the holder's next extension; a tick's schedule goes on with its
+    /// next instant, as at an ack. `None` if no entry has the id, else
+    /// whether a lease held it.
+    pub(crate) fn cancel(
+        &mut self,
+        id: &str,
+        lease: u64,
+        now: u64,
+        rules: Rules,
+        moved: &mut Moved,
+    ) -> Option<bool> {
+        let e = self.entries.get(id)?;
+        if e.dead {
+            self.forget_dead(id, now);
+            return Some(false);
+        }
+        let token = e.token.clone();
+        let leased = token.is_some() && e.key.0 > now;
+        let next = e.tick.and_then(|tick| {
+            let rec = self.tick_rec(id)?;
+            super::ticks::next_tick(&rec, tick, e.since, now)
+        });
+        let (e, freed) = self.forget(id).expect("found");
+        moved.merge(freed);
+        if let Some(window) = e.unique {
+            self.keep_taken(id, now.saturating_add(window));
+        }
+        let kept = Kept {
+            state: Finished::Cancelled,
+            at: now,
+            attempts: e.attempt,
+            output: None,
+            reason: None,
+        };
+        self.results.keep(id, kept, rules.keep, now);
+        if let Some(token) = token {
+            // Its holder learns of it until its lease would have run out
+            // (and a lease on): by then its own fence stopped it anyway.
+            let until = e.key.0.max(now).saturating_add(lease);
+            self.results.mark(id, token, until, now);
+        }
+        if let Some(next) = next {
+            moved.merge(self.successor(id, next));
+        }
+        Some(leased)
+    }
+
+    /// What is known of id `id` for `wait`: its kept result, whether a live
+    /// entry has it.
+    pub(crate) fn lookup(&self, id: &str, now: u64) -> (Option<Kept>, bool) {
+        let live = self.entries.get(id).is_some_and(|e| !e.dead);
+        (self.results.get(id, now).cloned(), live)
     }
 
     /// Sets (`Some`) or removes (`None`) the limit of `key` (`*`: the

@@ -110,6 +110,14 @@ impl<T> PgQueueBuilder<T> {
         self
     }
 
+    /// How long the result of an entry that finished through this handle
+    /// (acked, dead-lettered, cancelled) is kept in the store for `result`
+    /// and `wait`; default 0: nothing is kept once an entry finishes.
+    pub fn keep_results(mut self, for_: Duration) -> Self {
+        self.retention.keep_results = for_;
+        self
+    }
+
     /// Dead letters older than `age` are deleted right after each death
     /// through this handle; default: kept whatever their age.
     pub fn dead_max_age(mut self, age: Duration) -> Self {

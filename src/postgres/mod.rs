@@ -238,6 +238,7 @@ mod inner;
 mod operations;
 mod options;
 mod queue;
+mod results;
 mod schedules;
 mod sql;
 mod tls;

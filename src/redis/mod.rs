@@ -262,6 +262,7 @@ mod inner;
 mod operations;
 mod options;
 mod queue;
+mod results;
 mod schedules;
 mod scripts;
 mod wait;

@@ -136,6 +136,11 @@ pub mod memory {
             self
         }
 
+        pub fn keep_results(mut self, for_: Duration) -> Self {
+            self.inner = self.inner.keep_results(for_);
+            self
+        }
+
         /// (No polling in memory: every change wakes the consumers.)
         pub fn poll_interval(self, _every: Duration) -> Self {
             self

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::{Engine, RunState, StoreError, within};
 use crate::durable::job::Job;
+use crate::durable::store::Extended;
 use crate::durable::{Durable, Outcome};
 use crate::queue::deadline_after;
 
@@ -27,7 +28,7 @@ pub(super) type Extension<Q> = Pin<
     Box<
         dyn Future<
                 Output = (
-                    Option<Result<Vec<bool>, StoreError<Q>>>,
+                    Option<Result<Vec<Extended>, StoreError<Q>>>,
                     Vec<Holder>,
                     Instant,
                 ),
@@ -51,7 +52,7 @@ where
         // A stopped run is still running until its task ends (a handler
         // that blocks its thread cannot be dropped): its lease is kept.
         for (task, run) in &self.runs {
-            if run.state != RunState::Dropped {
+            if !matches!(run.state, RunState::Dropped | RunState::Cancelled) {
                 holders.push(Holder::Run(*task));
                 leases.push(run.lease.clone());
             }
@@ -67,7 +68,7 @@ where
         let lease = self.lease;
         self.extension = Some(Box::pin(async move {
             let sent_at = Instant::now();
-            let extend = queue.extend(&leases, lease);
+            let extend = queue.extend_marked(&leases, lease);
             (
                 within(queue.give_up_claim_after(), extend).await,
                 holders,
@@ -104,7 +105,7 @@ where
     /// after it was sent; the others' holders are dropped.
     pub(super) fn extended(
         &mut self,
-        result: Option<Result<Vec<bool>, StoreError<Q>>>,
+        result: Option<Result<Vec<Extended>, StoreError<Q>>>,
         holders: Vec<Holder>,
         sent_at: Instant,
     ) {
@@ -128,19 +129,22 @@ where
         let valid_until = deadline_after(sent_at, self.lease);
         for (holder, held) in holders.into_iter().zip(held) {
             match (holder, held) {
-                (Holder::Run(task), true) => {
+                (Holder::Run(task), Extended::Held) => {
                     if let Some(run) = self.runs.get(&task) {
                         run.fence.set(valid_until);
                     }
                 }
-                (Holder::Run(task), false) => self.drop_run(task, "an extension found it lost"),
-                (Holder::Prefetched(seq), true) => {
+                (Holder::Run(task), Extended::Lost) => {
+                    self.drop_run(task, "an extension found it lost");
+                }
+                (Holder::Run(task), Extended::Cancelled) => self.cancel_run(task),
+                (Holder::Prefetched(seq), Extended::Held) => {
                     if let Some(entry) = self.prefetched.iter_mut().find(|e| e.seq == seq) {
                         entry.valid_until = valid_until;
                     }
                 }
-                // Lost before it started: it is simply not run.
-                (Holder::Prefetched(seq), false) => self.prefetched.retain(|e| e.seq != seq),
+                // Lost or cancelled before it started: it is simply not run.
+                (Holder::Prefetched(seq), _) => self.prefetched.retain(|e| e.seq != seq),
             }
         }
     }
