@@ -27,6 +27,74 @@
 //! replicas): at least once, millisecond deadlines, one store round trip
 //! per batch.
 //!
+//! # Priorities, limits and uniqueness
+//!
+//! An insert may say more than "this value, due then"
+//! ([`InsertOptions`], with `insert_with` and `insert_many_with` on every
+//! store): a **priority** (among due entries, higher first; never due
+//! sooner), a **key** (a tenant, an account, a provider) whose [`KeyLimit`]
+//! bounds how many of its entries run at once and how many start per period,
+//! its own **max attempts**, a **unique window** (the id stays taken for a
+//! while after the entry finishes: "at most one digest per user per hour"),
+//! and **replace** (a pending entry of the id takes the new value and due
+//! time: "re-index 2 s after the last edit"). Each rule is decided in the
+//! store's one atomic step (the claim's script or statement), so no number of
+//! consumers in any number of processes exceeds a limit, and:
+//!
+//! - a key at its limit never holds up other entries: a claim takes the next
+//!   eligible one, and a worker waiting on a key wakes when a place of the
+//!   key frees (or its rate window opens), not at its poll interval;
+//! - a claim is fair across keys: among due entries of equal priority it
+//!   takes one entry of each key before a second of any (an entry without a
+//!   key is a key of its own), so one tenant's backlog of 50,000 imports
+//!   delays another tenant's one import by no more than a claim.
+//!
+//! A tenant-fair import queue beside a payment provider that takes at most 2
+//! calls at once and 5 a second:
+//!
+//! ```
+//! use punctual::durable::{InsertOptions, Job, KeyLimit, Outcome, Rate, Worker};
+//! use punctual::memory::MemoryQueue;
+//! use std::sync::{Arc, Mutex};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), punctual::memory::Error> {
+//! let jobs: MemoryQueue<String> = MemoryQueue::new("jobs");
+//! let provider = KeyLimit {
+//!     concurrency: Some(2),
+//!     rate: Some(Rate { max: 5, per: Duration::from_secs(1) }),
+//! };
+//! jobs.set_key_limit("payments", provider).await?;
+//! // Every tenant: at most 2 imports at once.
+//! jobs.set_default_key_limit(KeyLimit { concurrency: Some(2), rate: None }).await?;
+//!
+//! // Tenant a's big import, then tenant b's small one, then a charge that
+//! // must not wait behind either.
+//! let big: Vec<(String, InsertOptions)> = (0..1000)
+//!     .map(|n| (format!("a:{n}"), InsertOptions::new().key("tenant-a")))
+//!     .collect();
+//! jobs.insert_many_with(&big).await?;
+//! jobs.insert_with(&"b:0".into(), &InsertOptions::new().key("tenant-b")).await?;
+//! let charge = InsertOptions::new().key("payments").priority(10).max_attempts(20);
+//! jobs.insert_with(&"charge order 17".into(), &charge).await?;
+//!
+//! let started = Arc::new(Mutex::new(Vec::new()));
+//! let worker = Worker::builder(jobs.clone()).concurrency(8).spawn({
+//!     let started = started.clone();
+//!     move |job: Job<String>| {
+//!         started.lock().unwrap().push(job.value().clone());
+//!         async { tokio::time::sleep(Duration::from_millis(100)).await; Outcome::Done }
+//!     }
+//! });
+//! tokio::time::sleep(Duration::from_millis(50)).await;
+//! // The first claim: the charge first (priority), then one entry of each
+//! // tenant before a second of tenant a (fairness), within their limits.
+//! assert_eq!(started.lock().unwrap()[..4], ["charge order 17", "a:0", "b:0", "a:1"]);
+//! # worker.shutdown(Duration::ZERO).await;
+//! # Ok(()) }
+//! ```
+//!
 //! # Rolling deploys
 //!
 //! An entry whose value does not decode as the worker's type (a replica
