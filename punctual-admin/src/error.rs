@@ -8,8 +8,9 @@ use std::fmt;
 pub(crate) enum OpError {
     /// The queue, entry or schedule does not exist (exit 1, 404).
     NotFound(String),
-    /// A bad argument: a malformed cursor or state, an id the stores
-    /// refuse, a queue name that several stores hold (exit 2, 400).
+    /// A bad argument: a malformed cursor or state, an id or key the
+    /// stores refuse, a key limit they refuse, a queue name that several
+    /// stores hold (exit 2, 400).
     Invalid(String),
     /// The store failed or could not be reached (exit 2, 502).
     Store(String),
@@ -42,7 +43,10 @@ impl OpError {
 
     pub(crate) fn memory(e: punctual::memory::Error) -> OpError {
         use punctual::memory::Error as E;
-        let invalid = matches!(e, E::InvalidId(_) | E::InvalidSchedule(_));
+        let invalid = matches!(
+            e,
+            E::InvalidId(_) | E::InvalidSchedule(_) | E::InvalidLimit(_)
+        );
         OpError::of_store(invalid, &e)
     }
 
@@ -50,7 +54,7 @@ impl OpError {
         use punctual::redis::Error as E;
         let invalid = matches!(
             e,
-            E::InvalidId(_) | E::InvalidName(_) | E::InvalidSchedule(_)
+            E::InvalidId(_) | E::InvalidName(_) | E::InvalidSchedule(_) | E::InvalidLimit(_)
         );
         OpError::of_store(invalid, &e)
     }
@@ -59,7 +63,7 @@ impl OpError {
         use punctual::postgres::Error as E;
         let invalid = matches!(
             e,
-            E::InvalidId(_) | E::InvalidName(_) | E::InvalidSchedule(_)
+            E::InvalidId(_) | E::InvalidName(_) | E::InvalidSchedule(_) | E::InvalidLimit(_)
         );
         OpError::of_store(invalid, &e)
     }

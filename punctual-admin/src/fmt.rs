@@ -36,6 +36,31 @@ pub(crate) fn span(d: Duration) -> String {
     }
 }
 
+/// A period exactly, in the units the command line reads back: `500ms`,
+/// `30s`, `1m`, `1m30s`, `1h`, `1d`.
+pub(crate) fn period(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0ms".to_owned();
+    }
+    let mut out = String::new();
+    let mut rest = ms;
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1000),
+        ("ms", 1),
+    ] {
+        let n = rest / size;
+        rest %= size;
+        if n > 0 {
+            out.push_str(&format!("{n}{unit}"));
+        }
+    }
+    out
+}
+
 /// `at` seen from `now`: `in 4m 12s`, `3h 5m ago`, `now`.
 pub(crate) fn relative(at: SystemTime, now: SystemTime) -> String {
     match at.duration_since(now) {
@@ -92,5 +117,11 @@ mod tests {
         assert_eq!(absolute(UNIX_EPOCH), "1970-01-01 00:00:00 UTC");
         assert_eq!(offset(0.0004), "+0.4 ms");
         assert_eq!(offset(-1.25), "−1.25 s");
+        let ms = Duration::from_millis;
+        assert_eq!(period(ms(500)), "500ms");
+        assert_eq!(period(ms(60_000)), "1m");
+        assert_eq!(period(ms(90_000)), "1m30s");
+        assert_eq!(period(ms(86_400_000 + 1)), "1d1ms");
+        assert_eq!(period(Duration::ZERO), "0ms");
     }
 }

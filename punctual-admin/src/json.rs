@@ -4,11 +4,11 @@
 
 use std::time::SystemTime;
 
-use punctual::durable::{EntryInfo, Page, ScheduleInfo};
-use serde::Serialize;
+use punctual::durable::{EntryInfo, KeyLimit, Page, Rate, ScheduleInfo};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::ops::Listed;
+use crate::ops::{Limits, Listed};
 
 /// A queue: `{"store", "name", "paused", "pending", "due", "leased",
 /// "dead", "now"}`, and `"source"` after `"store"` when its store is not
@@ -48,7 +48,8 @@ impl QueueJson {
 }
 
 /// An entry: `{"id", "state", "due", "lease_until", "died_at", "attempt",
-/// "schedule", "last_error", "value"}`.
+/// "schedule", "key", "priority", "last_error", "value"}` (`key`: a string
+/// or `null`; `priority`: a number, 0 unless the entry was given one).
 #[derive(Debug, Serialize)]
 pub(crate) struct EntryJson {
     pub(crate) id: String,
@@ -58,6 +59,8 @@ pub(crate) struct EntryJson {
     pub(crate) died_at: Option<String>,
     pub(crate) attempt: u32,
     pub(crate) schedule: Option<String>,
+    pub(crate) key: Option<String>,
+    pub(crate) priority: i16,
     pub(crate) last_error: Option<String>,
     pub(crate) value: Value,
 }
@@ -72,6 +75,8 @@ impl EntryJson {
             died_at: entry.died_at.map(rfc3339),
             attempt: entry.attempt,
             schedule: entry.schedule.clone(),
+            key: entry.key.clone(),
+            priority: entry.priority,
             last_error: entry.last_error.clone(),
             value: entry.value.clone().unwrap_or(Value::Null),
         }
@@ -110,6 +115,106 @@ impl ScheduleJson {
             spec: schedule.spec.clone(),
             next: schedule.next.map(rfc3339),
             value: schedule.value.clone(),
+        }
+    }
+}
+
+/// A rate: `{"max": n, "per_ms": n}`, at most `max` deliveries begun in
+/// any `per_ms` milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RateJson {
+    pub(crate) max: u32,
+    pub(crate) per_ms: u64,
+}
+
+impl RateJson {
+    pub(crate) fn of(rate: &Rate) -> RateJson {
+        RateJson {
+            max: rate.max,
+            per_ms: u64::try_from(rate.per.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    pub(crate) fn rate(self) -> Rate {
+        Rate {
+            max: self.max,
+            per: std::time::Duration::from_millis(self.per_ms),
+        }
+    }
+}
+
+/// A key's limit: `{"key", "concurrency", "rate", "running"}` (`key` `*`
+/// is the default, for every key without a limit of its own; `running`:
+/// its entries leased now, for `*` those of the keys it covers).
+#[derive(Debug, Serialize)]
+pub(crate) struct LimitJson {
+    pub(crate) key: String,
+    pub(crate) concurrency: Option<u32>,
+    pub(crate) rate: Option<RateJson>,
+    pub(crate) running: u64,
+}
+
+/// A key running now without a limit of its own: `{"key", "running"}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct RunningJson {
+    pub(crate) key: String,
+    pub(crate) running: u64,
+}
+
+/// A queue's key limits: `{"limits": [...], "others": [...], "capped"}`
+/// (`others`: the keys running now without a limit of their own;
+/// `capped`: more entries were leased than were read to count them).
+#[derive(Debug, Serialize)]
+pub(crate) struct LimitsJson {
+    pub(crate) limits: Vec<LimitJson>,
+    pub(crate) others: Vec<RunningJson>,
+    pub(crate) capped: bool,
+}
+
+impl LimitsJson {
+    pub(crate) fn of(limits: &Limits) -> LimitsJson {
+        LimitsJson {
+            limits: limits
+                .limits
+                .iter()
+                .map(|(key, limit, running)| LimitJson {
+                    key: key.clone(),
+                    concurrency: limit.concurrency,
+                    rate: limit.rate.as_ref().map(RateJson::of),
+                    running: *running,
+                })
+                .collect(),
+            others: limits
+                .others
+                .iter()
+                .map(|(key, running)| RunningJson {
+                    key: key.clone(),
+                    running: *running,
+                })
+                .collect(),
+            capped: limits.capped,
+        }
+    }
+}
+
+/// What sets a limit: `{"key", "concurrency", "rate"}`, both bounds
+/// optional (`null` or absent: none).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SetLimitJson {
+    pub(crate) key: String,
+    #[serde(default)]
+    pub(crate) concurrency: Option<u32>,
+    #[serde(default)]
+    pub(crate) rate: Option<RateJson>,
+}
+
+impl SetLimitJson {
+    pub(crate) fn limit(&self) -> KeyLimit {
+        KeyLimit {
+            concurrency: self.concurrency,
+            rate: self.rate.map(RateJson::rate),
         }
     }
 }

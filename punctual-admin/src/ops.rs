@@ -23,7 +23,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use punctual::durable::{Cursor, EntryInfo, EntryState, Page, QueueStats, ScheduleInfo};
+use punctual::durable::{
+    Cursor, EntryInfo, EntryState, KeyLimit, Page, QueueStats, Rate, ScheduleInfo,
+};
 use serde_json::Value;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
@@ -144,6 +146,24 @@ pub(crate) struct Listed {
     pub(crate) snapshot: Result<Snapshot, OpError>,
 }
 
+/// A queue's key limits, with how many entries of each key run now.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Limits {
+    /// Each limit the store keeps, the default (`*`) first, then by key,
+    /// with how many entries it holds leased now: for a key, its own; for
+    /// `*`, those of every key without a limit of its own.
+    pub(crate) limits: Vec<(String, KeyLimit, u64)>,
+    /// Keys with entries leased now and no limit of their own (they run
+    /// under `*` when it is set), the busiest first.
+    pub(crate) others: Vec<(String, u64)>,
+    /// More than [`LEASED_AT_MOST`] entries were leased: the counts are of
+    /// the first that many (by lease end).
+    pub(crate) capped: bool,
+}
+
+/// The most leased entries read to count what runs of each key.
+pub(crate) const LEASED_AT_MOST: usize = 10 * MAX_PAGE;
+
 /// What a requeue puts back.
 #[derive(Clone, Debug)]
 pub(crate) enum Requeue {
@@ -174,6 +194,7 @@ pub(crate) struct Ops {
     handles: Mutex<HashMap<QueueId, Arc<OnceCell<Handle>>>>,
     snapshots: Slots<Snapshot>,
     timelines: Slots<Timeline>,
+    limits: Slots<Limits>,
     history: Mutex<HashMap<QueueId, History>>,
     stats_reads: AtomicU64,
 }
@@ -214,6 +235,7 @@ impl Ops {
             handles: Mutex::new(HashMap::new()),
             snapshots: Slots::default(),
             timelines: Slots::default(),
+            limits: Slots::default(),
             history: Mutex::new(HashMap::new()),
             stats_reads: AtomicU64::new(0),
         }
@@ -599,10 +621,90 @@ impl Ops {
             .unwrap_or_default()
     }
 
+    /// The key limits of `id` and how many entries of each key are
+    /// leased now (read at most once per `stats_ttl`). The leased entries
+    /// are read a page at a time, at most [`LEASED_AT_MOST`] of them: as
+    /// many as the consumers hold, not a scan of the queue.
+    pub(crate) async fn limits(&self, id: &QueueId) -> Result<Limits, OpError> {
+        self.limits
+            .get(id, self.policy.stats_ttl, || self.read_limits(id))
+            .await
+    }
+
+    async fn read_limits(&self, id: &QueueId) -> Result<Limits, OpError> {
+        let handle = self.handle(id).await?;
+        let mut kept = handle.key_limits().await?;
+        let mut running: HashMap<String, u64> = HashMap::new();
+        let mut cursor: Option<Cursor> = None;
+        let mut read = 0;
+        let capped = loop {
+            let want = (LEASED_AT_MOST - read).min(MAX_PAGE);
+            let page = handle
+                .entries(EntryState::Leased, cursor.as_ref(), want)
+                .await?;
+            read += page.entries.len();
+            for e in page.entries {
+                if let Some(key) = e.key {
+                    *running.entry(key).or_default() += 1;
+                }
+            }
+            match page.next {
+                Some(_) if read >= LEASED_AT_MOST => break true,
+                Some(next) => cursor = Some(next),
+                None => break false,
+            }
+        };
+        kept.sort_by(|(a, _), (b, _)| (a != DEFAULT_KEY, a).cmp(&(b != DEFAULT_KEY, b)));
+        let mut others: Vec<(String, u64)> = running
+            .iter()
+            .filter(|(key, _)| !kept.iter().any(|(k, _)| k == *key))
+            .map(|(key, n)| (key.clone(), *n))
+            .collect();
+        others.sort_by(|(a, m), (b, n)| n.cmp(m).then_with(|| a.cmp(b)));
+        let under_default: u64 = others.iter().map(|(_, n)| n).sum();
+        let limits = kept
+            .into_iter()
+            .map(|(key, limit)| {
+                let n = if key == DEFAULT_KEY {
+                    under_default
+                } else {
+                    running.get(&key).copied().unwrap_or(0)
+                };
+                (key, limit, n)
+            })
+            .collect();
+        Ok(Limits {
+            limits,
+            others,
+            capped,
+        })
+    }
+
+    /// Sets the limit of `key` (`*`: the default): 1 if it changed, else 0.
+    pub(crate) async fn set_limit(
+        &self,
+        id: &QueueId,
+        key: &str,
+        limit: KeyLimit,
+    ) -> Result<u64, OpError> {
+        let changed = self.handle(id).await?.set_key_limit(key, limit).await?;
+        self.changed(id);
+        Ok(changed.into())
+    }
+
+    /// Removes the limit of `key` (`*`: the default): 1 if it had one,
+    /// else 0.
+    pub(crate) async fn remove_limit(&self, id: &QueueId, key: &str) -> Result<u64, OpError> {
+        let removed = self.handle(id).await?.remove_key_limit(key).await?;
+        self.changed(id);
+        Ok(removed.into())
+    }
+
     /// Forgets what was read of `id`, after a write.
     fn changed(&self, id: &QueueId) {
         self.snapshots.forget(id);
         self.timelines.forget(id);
+        self.limits.forget(id);
     }
 
     /// Puts dead letters back, due now; how many.
@@ -701,6 +803,74 @@ pub(crate) fn parse_limit(s: &str) -> Result<usize, OpError> {
     Ok(s.parse::<usize>().unwrap_or(usize::MAX))
 }
 
+/// The key under which the default limit is kept and listed.
+pub(crate) const DEFAULT_KEY: &str = "*";
+
+/// A period: whole numbers with units, `500ms`, `30s`, `1m`, `2h`, `1d`,
+/// or several of them (`1m30s`).
+pub(crate) fn parse_period(s: &str) -> Result<Duration, OpError> {
+    let bad = || {
+        OpError::Invalid(format!(
+            "period {s:?}: a whole number with a unit, such as 500ms, 30s, 1m, 2h or 1d"
+        ))
+    };
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(bad());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
+        let ms_per = match &rest[..unit] {
+            "ms" => 1,
+            "s" => 1000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(bad()),
+        };
+        rest = &rest[unit..];
+        let ms = n.checked_mul(ms_per).ok_or_else(bad)?;
+        total = total
+            .checked_add(Duration::from_millis(ms))
+            .ok_or_else(bad)?;
+    }
+    Ok(total)
+}
+
+/// A rate, `MAX/PER`: `100/1m` is at most 100 deliveries begun in any
+/// minute (PER as [`parse_period`] reads it).
+pub(crate) fn parse_rate(s: &str) -> Result<Rate, OpError> {
+    let Some((max, per)) = s.split_once('/') else {
+        return Err(OpError::Invalid(format!(
+            "rate {s:?}: MAX/PER, such as 100/1m or 5/500ms"
+        )));
+    };
+    Ok(Rate {
+        max: parse_count(max.trim(), "a rate's MAX")?,
+        per: parse_period(per)?,
+    })
+}
+
+/// A count of entries (a concurrency, a rate's max): a whole number that
+/// fits 32 bits.
+pub(crate) fn parse_count(s: &str, what: &str) -> Result<u32, OpError> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(OpError::Invalid(format!(
+            "{what} {s:?}: a whole number (0 to {})",
+            u32::MAX
+        )));
+    }
+    s.parse()
+        .map_err(|_| OpError::Invalid(format!("{what} {s:?}: at most {}", u32::MAX)))
+}
+
 pub(crate) fn parse_cursor(s: &str) -> Result<Cursor, OpError> {
     s.parse().map_err(|e| OpError::Invalid(format!("{e}")))
 }
@@ -712,6 +882,48 @@ pub(crate) fn parse_cursor(s: &str) -> Result<Cursor, OpError> {
 #[allow(clippy::disallowed_methods)]
 pub(crate) fn wall_clock() -> SystemTime {
     SystemTime::now()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periods_and_rates_read_as_people_write_them() {
+        let ms = |n| Duration::from_millis(n);
+        assert_eq!(parse_period("500ms").unwrap(), ms(500));
+        assert_eq!(parse_period("30s").unwrap(), ms(30_000));
+        assert_eq!(parse_period("1m").unwrap(), ms(60_000));
+        assert_eq!(parse_period("1m30s").unwrap(), ms(90_000));
+        assert_eq!(parse_period("2h").unwrap(), ms(7_200_000));
+        assert_eq!(parse_period("1d").unwrap(), ms(86_400_000));
+        assert_eq!(parse_period("0s").unwrap(), Duration::ZERO);
+        for bad in [
+            "",
+            "1",
+            "m",
+            "1x",
+            "-1s",
+            "1.5s",
+            "1 m",
+            "99999999999999999999s",
+        ] {
+            assert!(parse_period(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            parse_rate("100/1m").unwrap(),
+            Rate {
+                max: 100,
+                per: ms(60_000)
+            }
+        );
+        for bad in ["100", "x/1m", "100/", "/1m", "-1/1s", "4294967296/1s"] {
+            assert!(parse_rate(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_count("4294967295", "n").unwrap(), u32::MAX);
+        assert!(parse_count("4294967296", "n").is_err());
+        assert!(parse_count("-1", "n").is_err());
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

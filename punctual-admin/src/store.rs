@@ -7,7 +7,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use punctual::durable::{Cursor, EntryInfo, EntryState, Page, QueueStats, ScheduleInfo};
+use punctual::durable::{Cursor, EntryInfo, EntryState, KeyLimit, Page, QueueStats, ScheduleInfo};
 use punctual::memory::MemoryQueue;
 use punctual::postgres::PgQueue;
 use punctual::postgres::sqlx::PgPool;
@@ -342,6 +342,21 @@ impl Handle {
 
     pub(crate) async fn unschedule(&self, name: &str) -> Result<bool, OpError> {
         each!(self, q => q.unschedule(name))
+    }
+
+    /// Every key limit, the default under `*`.
+    pub(crate) async fn key_limits(&self) -> Result<Vec<(String, KeyLimit)>, OpError> {
+        each!(self, q => q.key_limits())
+    }
+
+    /// Sets the limit of `key` (`*`: the default); whether it changed.
+    pub(crate) async fn set_key_limit(&self, key: &str, limit: KeyLimit) -> Result<bool, OpError> {
+        each!(self, q => q.set_key_limit(key, limit))
+    }
+
+    /// Removes the limit of `key` (`*`: the default); whether it had one.
+    pub(crate) async fn remove_key_limit(&self, key: &str) -> Result<bool, OpError> {
+        each!(self, q => q.remove_key_limit(key))
     }
 }
 

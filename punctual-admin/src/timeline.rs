@@ -122,6 +122,8 @@ mod tests {
             schedule: tick.then(|| "x".to_owned()),
             last_error: None,
             value: None,
+            key: None,
+            priority: 0,
         }
     }
 

@@ -15,8 +15,11 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode, header};
 use common::pg::PgDb;
 use common::redis_server::RedisServer;
-use common::{SEEDED, pg_queue_in, redis_queue, seed_pg, seed_redis};
-use punctual::durable::EntryState;
+use common::{
+    DEFAULT_LIMIT, KEYED_DUE, SEEDED, TENANT_A, pg_queue_in, redis_queue, seed_keyed, seed_pg,
+    seed_redis,
+};
+use punctual::durable::{Durable, EntryState, KeyLimit, Rate};
 use punctual::memory::MemoryQueue;
 use punctual::postgres::PgQueue;
 use punctual::redis::RedisQueue;
@@ -1251,4 +1254,474 @@ async fn limit_0_is_an_empty_page_and_large_limits_are_clamped() {
     status(&page, StatusCode::OK);
     assert_eq!(page.body.matches("data-entry=").count(), 1000);
     assert!(page.body.contains("next 1000 →"));
+}
+
+/// A form POST as the dashboard's own pages send it.
+async fn form(router: &Router, uri: &str, body: &str) -> Answer {
+    call(
+        router,
+        "POST",
+        uri,
+        &[
+            ("origin", ORIGIN),
+            ("content-type", "application/x-www-form-urlencoded"),
+        ],
+        body,
+    )
+    .await
+}
+
+/// The limits of `queue` as the store keeps them, by key.
+async fn kept<Q>(queue: &Q) -> Vec<(String, KeyLimit)>
+where
+    Q: Durable<Item = Value>,
+    Q::Error: std::fmt::Debug,
+{
+    let mut all = queue.key_limits().await.unwrap();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
+/// Issue 39 on one store: `q` (as the URL names it) is `queue`, seeded by
+/// [`seed_keyed`] with its due entries taken and held. The entries show
+/// their key and priority (API, pages); the limits are listed with what
+/// runs of each key; they are set and removed through the API and the
+/// pages' forms; bad input is a 400; read-only and a write from elsewhere
+/// are refused.
+async fn key_limits_on<Q>(builder: impl Fn() -> DashboardBuilder, q: &str, queue: &Q)
+where
+    Q: Durable<Item = Value>,
+    Q::Error: std::fmt::Debug,
+{
+    let app = builder().router();
+    let ok = |n: u64| json!({"ok": true, "changed": n});
+
+    // Entries carry their key and priority.
+    let leased = get(&app, &format!("/api/queues/{q}/entries?state=leased")).await;
+    status(&leased, StatusCode::OK);
+    let mut running: Vec<(String, Value, Value)> = leased.json()["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["key"].is_string())
+        .map(|e| {
+            (
+                e["id"].as_str().unwrap().to_owned(),
+                e["key"].clone(),
+                e["priority"].clone(),
+            )
+        })
+        .collect();
+    running.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        running,
+        [
+            ("a-1".to_owned(), json!("tenant-a"), json!(5)),
+            ("a-2".to_owned(), json!("tenant-a"), json!(5)),
+            ("b-1".to_owned(), json!("tenant-b"), json!(5)),
+        ]
+    );
+    let urgent = get(&app, &format!("/api/queues/{q}/entries/urgent"))
+        .await
+        .json();
+    assert_eq!(
+        (&urgent["key"], &urgent["priority"]),
+        (&Value::Null, &json!(9))
+    );
+    let later = get(&app, &format!("/api/queues/{q}/entries/later"))
+        .await
+        .json();
+    assert_eq!(
+        (&later["key"], &later["priority"]),
+        (&json!("tenant-c"), &json!(-2))
+    );
+    let page = get(&app, &format!("/queues/{q}/entries?state=pending")).await;
+    status(&page, StatusCode::OK);
+    assert!(
+        page.body.contains("<th class=\"num\">Prio</th>"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("tenant-c") && page.body.contains(">-2<"),
+        "{}",
+        page.body
+    );
+    let entry = get(&app, &format!("/queues/{q}/entries/later")).await;
+    assert!(
+        entry.body.contains(r#"data-field="priority">-2<"#) && entry.body.contains("tenant-c"),
+        "{}",
+        entry.body
+    );
+
+    // The limits, with what runs of each key: tenant-a its own two, the
+    // default the one of tenant-b (a key without its own limit).
+    let limits = get(&app, &format!("/api/queues/{q}/limits")).await;
+    status(&limits, StatusCode::OK);
+    assert_eq!(
+        limits.json(),
+        json!({
+            "limits": [
+                {"key": "*", "concurrency": null, "rate": {"max": 100, "per_ms": 60000}, "running": 1},
+                {"key": "tenant-a", "concurrency": 2, "rate": null, "running": 2},
+            ],
+            "others": [{"key": "tenant-b", "running": 1}],
+            "capped": false,
+        })
+    );
+    let page = get(&app, &format!("/queues/{q}")).await;
+    status(&page, StatusCode::OK);
+    for part in [
+        "Key limits",
+        r#"<tr data-limit="tenant-a">"#,
+        r#"data-running="2""#,
+        "100 per 1m",
+        r#"data-other="tenant-b""#,
+        r#"data-action="set-limit""#,
+        &format!(r#"action="/queues/{q}/limits/tenant-a/remove""#),
+    ] {
+        assert!(
+            page.body.contains(part),
+            "{part} on the queue page:\n{}",
+            page.body
+        );
+    }
+
+    // Set through the API: an upsert, 0 when nothing changed.
+    let set = r#"{"key": "tenant-b", "concurrency": 1, "rate": {"max": 5, "per_ms": 30000}}"#;
+    let a = write(&app, "POST", &format!("/api/queues/{q}/limits"), set).await;
+    status(&a, StatusCode::OK);
+    assert_eq!(a.json(), ok(1));
+    let tenant_b = KeyLimit {
+        concurrency: Some(1),
+        rate: Some(Rate {
+            max: 5,
+            per: Duration::from_secs(30),
+        }),
+    };
+    assert_eq!(
+        kept(queue).await,
+        [
+            ("*".to_owned(), DEFAULT_LIMIT),
+            ("tenant-a".to_owned(), TENANT_A),
+            ("tenant-b".to_owned(), tenant_b)
+        ]
+    );
+    assert_eq!(
+        write(&app, "POST", &format!("/api/queues/{q}/limits"), set)
+            .await
+            .json(),
+        ok(0)
+    );
+    let limits = get(&app, &format!("/api/queues/{q}/limits")).await.json();
+    assert_eq!(
+        limits["limits"][0]["running"], 0,
+        "tenant-b has its own now"
+    );
+    assert_eq!(limits["limits"][2]["running"], 1);
+    assert_eq!(limits["others"], json!([]));
+    // A key that must be written encoded, and one with neither bound.
+    let a = write(
+        &app,
+        "POST",
+        &format!("/api/queues/{q}/limits"),
+        r#"{"key": "eu/west 1"}"#,
+    )
+    .await;
+    assert_eq!(a.json(), ok(1));
+    assert!(
+        kept(queue)
+            .await
+            .contains(&("eu/west 1".to_owned(), KeyLimit::default()))
+    );
+
+    // Remove through the API: the key URL-encoded, `*` the default.
+    for (path, n) in [
+        ("tenant-b", 1),
+        ("tenant-b", 0),
+        ("eu%2Fwest%201", 1),
+        ("*", 1),
+        ("%2A", 0),
+    ] {
+        let a = write(
+            &app,
+            "DELETE",
+            &format!("/api/queues/{q}/limits/{path}"),
+            "",
+        )
+        .await;
+        status(&a, StatusCode::OK);
+        assert_eq!(a.json(), ok(n), "{path}");
+    }
+    assert_eq!(kept(queue).await, [("tenant-a".to_owned(), TENANT_A)]);
+    let limits = get(&app, &format!("/api/queues/{q}/limits")).await.json();
+    assert_eq!(limits["others"], json!([{"key": "tenant-b", "running": 1}]));
+
+    // Bad input: 400 with why, and nothing changed.
+    for bad in [
+        "",
+        "not json",
+        "{}",
+        r#"{"concurrency": 1}"#,
+        r#"{"key": 7}"#,
+        r#"{"key": "k", "concurrency": -1}"#,
+        r#"{"key": "k", "concurrency": "x"}"#,
+        r#"{"key": "k", "concurrency": 4294967296}"#,
+        r#"{"key": "k", "rate": {"max": 1}}"#,
+        r#"{"key": "k", "rate": {"max": 1, "per": 1000}}"#,
+        r#"{"key": "k", "limit": 1}"#,
+        r#"{"key": "k", "rate": {"max": 1, "per_ms": 0}}"#,
+        r#"{"key": ""}"#,
+    ] {
+        let a = write(&app, "POST", &format!("/api/queues/{q}/limits"), bad).await;
+        status(&a, StatusCode::BAD_REQUEST);
+        assert!(
+            a.json()["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{bad}"
+        );
+    }
+    let zero = write(
+        &app,
+        "POST",
+        &format!("/api/queues/{q}/limits"),
+        r#"{"key": "k", "rate": {"max": 1, "per_ms": 0}}"#,
+    )
+    .await;
+    assert!(
+        zero.json()["error"].as_str().unwrap().contains("limit"),
+        "{}",
+        zero.body
+    );
+    assert_eq!(kept(queue).await, [("tenant-a".to_owned(), TENANT_A)]);
+    status(
+        &get(&app, "/api/queues/nope/limits").await,
+        StatusCode::NOT_FOUND,
+    );
+    status(
+        &write(&app, "POST", "/api/queues/nope/limits", r#"{"key": "k"}"#).await,
+        StatusCode::NOT_FOUND,
+    );
+
+    // The pages' forms: set, then remove once the box is ticked.
+    let back = format!("back=%2Fqueues%2F{}", q.replace(':', "%3A"));
+    let a = form(
+        &app,
+        &format!("/queues/{q}/limits"),
+        &format!("{back}&key=tenant-c&concurrency=3&rate_max=10&rate_per=1m30s"),
+    )
+    .await;
+    status(&a, StatusCode::SEE_OTHER);
+    let to = a.headers[header::LOCATION].to_str().unwrap();
+    assert!(to.starts_with(&format!("/queues/{q}?done=")), "{to}");
+    let tenant_c = KeyLimit {
+        concurrency: Some(3),
+        rate: Some(Rate {
+            max: 10,
+            per: Duration::from_secs(90),
+        }),
+    };
+    assert!(
+        kept(queue)
+            .await
+            .contains(&("tenant-c".to_owned(), tenant_c))
+    );
+    let a = form(
+        &app,
+        &format!("/queues/{q}/limits"),
+        &format!("{back}&key=*&concurrency=&rate_max=&rate_per="),
+    )
+    .await;
+    status(&a, StatusCode::SEE_OTHER);
+    assert!(
+        kept(queue)
+            .await
+            .contains(&("*".to_owned(), KeyLimit::default()))
+    );
+    for bad in [
+        "key=&concurrency=1",
+        "concurrency=1",
+        "key=k&concurrency=x",
+        "key=k&concurrency=-1",
+        "key=k&rate_max=10",
+        "key=k&rate_per=1m",
+        "key=k&rate_max=10&rate_per=soon",
+        "key=k&rate_max=10&rate_per=0s",
+    ] {
+        let a = form(&app, &format!("/queues/{q}/limits"), bad).await;
+        status(&a, StatusCode::BAD_REQUEST);
+        assert!(
+            a.headers[header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html"),
+            "{bad}"
+        );
+    }
+    assert!(!kept(queue).await.iter().any(|(k, _)| k == "k"));
+    let unticked = form(&app, &format!("/queues/{q}/limits/tenant-c/remove"), &back).await;
+    status(&unticked, StatusCode::BAD_REQUEST);
+    assert!(kept(queue).await.iter().any(|(k, _)| k == "tenant-c"));
+    let a = form(
+        &app,
+        &format!("/queues/{q}/limits/tenant-c/remove"),
+        &format!("{back}&confirm=yes"),
+    )
+    .await;
+    status(&a, StatusCode::SEE_OTHER);
+    assert!(!kept(queue).await.iter().any(|(k, _)| k == "tenant-c"));
+    let a = form(
+        &app,
+        &format!("/queues/{q}/limits/%2A/remove"),
+        &format!("{back}&confirm=yes"),
+    )
+    .await;
+    status(&a, StatusCode::SEE_OTHER);
+    assert_eq!(kept(queue).await, [("tenant-a".to_owned(), TENANT_A)]);
+
+    // Read-only: the limits are shown, with no button and no form; every
+    // write refused.
+    let ro = builder().read_only(true).router();
+    let page = get(&ro, &format!("/queues/{q}")).await;
+    assert!(page.body.contains(r#"<tr data-limit="tenant-a">"#));
+    assert!(!page.body.contains("data-action") && !page.body.contains("set-limit"));
+    for (method, uri, body) in [
+        (
+            "POST",
+            format!("/api/queues/{q}/limits"),
+            r#"{"key": "x", "concurrency": 1}"#,
+        ),
+        ("DELETE", format!("/api/queues/{q}/limits/tenant-a"), ""),
+        ("POST", format!("/queues/{q}/limits"), "key=x&concurrency=1"),
+        (
+            "POST",
+            format!("/queues/{q}/limits/tenant-a/remove"),
+            "confirm=yes",
+        ),
+    ] {
+        status(&write(&ro, method, &uri, body).await, StatusCode::FORBIDDEN);
+    }
+    status(
+        &get(&ro, &format!("/api/queues/{q}/limits")).await,
+        StatusCode::OK,
+    );
+
+    // A write from elsewhere, or from nowhere said: refused.
+    for headers in [
+        vec![("origin", "http://evil.example")],
+        vec![("referer", "http://evil.example/x")],
+        vec![],
+    ] {
+        let mut with_type = headers.clone();
+        with_type.push(("content-type", "application/json"));
+        let a = call(
+            &app,
+            "POST",
+            &format!("/api/queues/{q}/limits"),
+            &with_type,
+            r#"{"key": "x", "concurrency": 1}"#,
+        )
+        .await;
+        status(&a, StatusCode::FORBIDDEN);
+        let a = call(
+            &app,
+            "DELETE",
+            &format!("/api/queues/{q}/limits/tenant-a"),
+            &headers,
+            "",
+        )
+        .await;
+        status(&a, StatusCode::FORBIDDEN);
+        let a = call(
+            &app,
+            "POST",
+            &format!("/queues/{q}/limits/tenant-a/remove"),
+            &headers,
+            "confirm=yes",
+        )
+        .await;
+        status(&a, StatusCode::FORBIDDEN);
+    }
+    assert_eq!(
+        kept(queue).await,
+        [("tenant-a".to_owned(), TENANT_A)],
+        "nothing forged got through"
+    );
+    // With the token in the header, no Origin is needed.
+    let locked = builder().token("t0ken").router();
+    let a = call(
+        &locked,
+        "DELETE",
+        &format!("/api/queues/{q}/limits/tenant-a"),
+        &[("authorization", "Bearer t0ken")],
+        "",
+    )
+    .await;
+    assert_eq!(a.json(), ok(1));
+    assert_eq!(kept(queue).await, []);
+}
+
+/// Issue 39 on a memory queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_limits_and_entry_keys_on_memory() {
+    let queue: MemoryQueue<Value> = MemoryQueue::builder("tenants")
+        .lease(Duration::from_secs(3600))
+        .build();
+    seed_keyed(&queue).await;
+    let mut held = Vec::new();
+    for _ in 0..KEYED_DUE {
+        held.push(queue.try_take().await.unwrap().expect("due"));
+    }
+    assert!(held.iter().all(|d| d.key().is_some() && d.priority() == 5));
+    let q = queue.clone();
+    key_limits_on(
+        move || Dashboard::builder().memory(q.clone()),
+        "tenants",
+        &queue,
+    )
+    .await;
+}
+
+/// Issue 39 on Redis (`redis:tenants`, a PostgreSQL queue of that name
+/// beside it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_limits_and_entry_keys_on_redis() {
+    let redis = RedisServer::start_in_memory();
+    let db = PgDb::new();
+    let queue = redis_queue(&redis.url(), "tenants").await;
+    seed_keyed(&queue).await;
+    pg_queue_in(&db.url(), "api_keys_r", "tenants")
+        .await
+        .insert(&json!(1), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    for _ in 0..KEYED_DUE {
+        held.push(queue.try_take().await.unwrap().expect("due"));
+    }
+    let (url, pg) = (redis.url(), db.url());
+    key_limits_on(
+        move || Dashboard::builder().redis(&url).postgres(&pg, "api_keys_r"),
+        "redis:tenants",
+        &queue,
+    )
+    .await;
+}
+
+/// Issue 39 on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_limits_and_entry_keys_on_postgres() {
+    let db = PgDb::new();
+    let queue = pg_queue_in(&db.url(), "api_keys_p", "tenants").await;
+    seed_keyed(&queue).await;
+    let mut held = Vec::new();
+    for _ in 0..KEYED_DUE {
+        held.push(queue.try_take().await.unwrap().expect("due"));
+    }
+    let pg = db.url();
+    key_limits_on(
+        move || Dashboard::builder().postgres(&pg, "api_keys_p"),
+        "tenants",
+        &queue,
+    )
+    .await;
 }

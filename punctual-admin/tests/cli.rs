@@ -239,11 +239,14 @@ async fn reads_answer_the_json_shapes_and_exit_codes() {
                         "died_at",
                         "attempt",
                         "schedule",
+                        "key",
+                        "priority",
                         "last_error",
                         "value"
                     ])
                 );
                 assert_eq!(e["state"], "pending");
+                assert_eq!((&e["key"], &e["priority"]), (&Value::Null, &json!(0)));
                 is_rfc3339_utc(&e["due"]);
                 assert_eq!(
                     (&e["lease_until"], &e["died_at"]),

@@ -19,10 +19,16 @@ use text::{clip, printable, row, table};
 
 use crate::error::OpError;
 use crate::fmt;
-use crate::json::{EntryJson, ErrorJson, PageJson, QueueJson, ScheduleJson, WriteJson, rfc3339};
-use crate::ops::{DEFAULT_LIMIT, Ops, Policy, Requeue, parse_limit, parse_state, wall_clock};
+use crate::json::{
+    EntryJson, ErrorJson, LimitsJson, PageJson, QueueJson, ScheduleJson, WriteJson, rfc3339,
+};
+use crate::ops::{
+    DEFAULT_KEY, DEFAULT_LIMIT, Ops, Policy, Requeue, parse_limit, parse_rate, parse_state,
+    wall_clock,
+};
 use crate::store::{Source, identities};
 use punctual::durable::EntryState;
+use punctual::durable::{KeyLimit, Rate};
 
 /// Looks into and acts on punctual's durable queues in Redis and PostgreSQL:
 /// a web dashboard (`serve`) and the same operations as commands.
@@ -179,6 +185,41 @@ enum Command {
         #[command(flatten)]
         out: Out,
     },
+    /// The queue's key limits, with how many entries of each key run now
+    /// (`*` is the default, for every key without a limit of its own), and
+    /// the keys running now without a limit of their own.
+    Limits {
+        queue: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Sets the limit of a key (`*`: the default), replacing the one it
+    /// had. Without --concurrency or --rate the key is bound by nothing,
+    /// not even the default.
+    #[command(name = "set-limit")]
+    SetLimit {
+        queue: String,
+        /// The key (`*`: the default, for every key without its own).
+        key: String,
+        /// The most entries of the key leased at once.
+        #[arg(long, value_name = "N")]
+        concurrency: Option<u32>,
+        /// The most deliveries of the key begun in any PER: 100/1m, 5/30s,
+        /// 1/500ms (units ms, s, m, h, d; 1m30s also reads).
+        #[arg(long, value_name = "MAX/PER", value_parser = rate_arg)]
+        rate: Option<Rate>,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Removes the limit of a key (`*`: the default); its entries then run
+    /// under the default, if any.
+    #[command(name = "remove-limit")]
+    RemoveLimit {
+        queue: String,
+        key: String,
+        #[command(flatten)]
+        out: Out,
+    },
 }
 
 #[derive(Debug, Clone, Copy, Args)]
@@ -191,6 +232,16 @@ struct Out {
 /// `--limit`'s value: see [`parse_limit`].
 fn limit_arg(s: &str) -> Result<usize, String> {
     parse_limit(s).map_err(|e| e.to_string())
+}
+
+/// `--rate`'s value: see [`parse_rate`].
+fn rate_arg(s: &str) -> Result<Rate, String> {
+    parse_rate(s).map_err(|e| e.to_string())
+}
+
+/// A rate for people: `100/1m`.
+fn rate_text(rate: &Rate) -> String {
+    format!("{}/{}", rate.max, fmt::period(rate.per))
 }
 
 /// Runs the command line `args` (the program's name first, as
@@ -390,7 +441,10 @@ fn json_of(command: &Command) -> bool {
         | Command::Resume { out, .. }
         | Command::Schedules { out, .. }
         | Command::RunNow { out, .. }
-        | Command::Unschedule { out, .. } => out.json,
+        | Command::Unschedule { out, .. }
+        | Command::Limits { out, .. }
+        | Command::SetLimit { out, .. }
+        | Command::RemoveLimit { out, .. } => out.json,
     }
 }
 
@@ -488,6 +542,8 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
                     "ID",
                     when,
                     "ATTEMPT",
+                    "PRIO",
+                    "KEY",
                     "SCHEDULE",
                     "LAST ERROR",
                     "VALUE",
@@ -498,6 +554,8 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
                         printable(&e.id),
                         format!("{} ({})", rfc3339(when), fmt::relative(when, now)),
                         e.attempt.to_string(),
+                        e.priority.to_string(),
+                        clip(e.key.as_deref().unwrap_or("-"), 30),
                         printable(e.schedule.as_deref().unwrap_or("-")),
                         clip(e.last_error.as_deref().unwrap_or("-"), 40),
                         clip(
@@ -511,7 +569,7 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
                 let mut text = if page.entries.is_empty() {
                     format!("no {state} entries")
                 } else {
-                    table(&rows, &[2])
+                    table(&rows, &[2, 3])
                 };
                 if let Some(next) = &page.next {
                     text.push_str(&format!("\nnext page: --cursor {next}"));
@@ -529,7 +587,7 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
             } else {
                 let t = |at: Option<std::time::SystemTime>| at.map_or("-".into(), rfc3339);
                 format!(
-                    "id          {}\nstate       {}\ndue         {}\nlease until {}\ndied at     {}\nattempt     {}\nschedule    {}\nlast error  {}\nvalue       {}",
+                    "id          {}\nstate       {}\ndue         {}\nlease until {}\ndied at     {}\nattempt     {}\nschedule    {}\nkey         {}\npriority    {}\nlast error  {}\nvalue       {}",
                     e.id,
                     e.state,
                     rfc3339(e.due),
@@ -537,6 +595,8 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
                     t(e.died_at),
                     e.attempt,
                     e.schedule.as_deref().unwrap_or("-"),
+                    e.key.as_deref().unwrap_or("-"),
+                    e.priority,
                     e.last_error.as_deref().unwrap_or("-"),
                     e.value.as_ref().map_or("(does not decode)".into(), |v| {
                         serde_json::to_string_pretty(v)
@@ -636,7 +696,106 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
             let n = ops.unschedule(&id, &name).await?;
             write(n, format!("deleted schedule {name} of {queue}"))
         }
+        Command::Limits { queue, .. } => {
+            let id = queue_of(&queue).await?;
+            let limits = ops.limits(&id).await?;
+            if json {
+                to_json(&LimitsJson::of(&limits))
+            } else {
+                let mut text = if limits.limits.is_empty() {
+                    format!("no key limit in {queue}")
+                } else {
+                    let mut rows = vec![row(&["KEY", "CONCURRENCY", "RATE", "RUNNING"])];
+                    for (key, limit, running) in &limits.limits {
+                        rows.push(vec![
+                            printable(key),
+                            limit.concurrency.map_or("-".into(), |n| n.to_string()),
+                            limit.rate.as_ref().map_or("-".into(), rate_text),
+                            fmt::count(*running),
+                        ]);
+                    }
+                    table(&rows, &[1, 3])
+                };
+                if !limits.others.is_empty() {
+                    let others: Vec<String> = limits
+                        .others
+                        .iter()
+                        .map(|(key, n)| format!("{} ({})", printable(key), fmt::count(*n)))
+                        .collect();
+                    text.push_str(&format!(
+                        "\nrunning without a limit of their own: {}",
+                        others.join(", ")
+                    ));
+                }
+                if limits.capped {
+                    text.push_str(&format!(
+                        "\n(counted from the first {} leased entries only)",
+                        fmt::count(crate::ops::LEASED_AT_MOST as u64)
+                    ));
+                }
+                text
+            }
+        }
+        Command::SetLimit {
+            queue,
+            key,
+            concurrency,
+            rate,
+            ..
+        } => {
+            let id = queue_of(&queue).await?;
+            let limit = KeyLimit { concurrency, rate };
+            let n = ops.set_limit(&id, &key, limit).await?;
+            let what = limit_text(&limit);
+            let human = if n == 1 {
+                format!("{} of {queue} is now {what}", whose(&key))
+            } else {
+                format!(
+                    "{} of {queue} was {what} already: nothing changed",
+                    whose(&key)
+                )
+            };
+            write(n, human)
+        }
+        Command::RemoveLimit { queue, key, .. } => {
+            let id = queue_of(&queue).await?;
+            let n = ops.remove_limit(&id, &key).await?;
+            let human = if n == 1 {
+                format!("removed {} of {queue}", whose(&key))
+            } else {
+                format!(
+                    "{queue} had no such limit ({}): nothing changed",
+                    whose(&key)
+                )
+            };
+            write(n, human)
+        }
     })
+}
+
+/// Whose limit `key` names, for people.
+fn whose(key: &str) -> String {
+    if key == DEFAULT_KEY {
+        "the default key limit (*)".to_owned()
+    } else {
+        format!("the limit of key {}", printable(key))
+    }
+}
+
+/// A limit for people: `concurrency 5, rate 100/1m`, or `no bound`.
+fn limit_text(limit: &KeyLimit) -> String {
+    let mut parts = Vec::new();
+    if let Some(n) = limit.concurrency {
+        parts.push(format!("concurrency {n}"));
+    }
+    if let Some(rate) = &limit.rate {
+        parts.push(format!("rate {}", rate_text(rate)));
+    }
+    if parts.is_empty() {
+        "no bound".to_owned()
+    } else {
+        parts.join(", ")
+    }
 }
 
 fn to_json<T: Serialize>(value: &T) -> String {

@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use super::pages::status_of;
 use super::{Segments, Shared};
 use crate::error::OpError;
-use crate::json::{EntryJson, ErrorJson, PageJson, QueueJson, ScheduleJson, WriteJson};
+use crate::json::{
+    EntryJson, ErrorJson, LimitsJson, PageJson, QueueJson, ScheduleJson, SetLimitJson, WriteJson,
+};
 use crate::ops::{DEFAULT_LIMIT, QueueId, Requeue, parse_limit, parse_state};
 
 pub(super) fn routes() -> Router<Arc<Shared>> {
@@ -32,6 +34,11 @@ pub(super) fn routes() -> Router<Arc<Shared>> {
         .route("/api/queues/{q}/resume", post(resume))
         .route("/api/queues/{q}/clear-dead", post(clear_dead))
         .route("/api/queues/{q}/requeue", post(requeue))
+        .route("/api/queues/{q}/limits", get(limits).post(set_limit))
+        .route(
+            "/api/queues/{q}/limits/{key}",
+            axum::routing::delete(remove_limit),
+        )
 }
 
 /// `{"error": "..."}` with the status that fits.
@@ -221,6 +228,48 @@ async fn unschedule(
 ) -> Response {
     write(&shared, &q, async |id| {
         shared.ops.unschedule(id, &name).await
+    })
+    .await
+}
+
+async fn limits(State(shared): State<Arc<Shared>>, Segments(q): Segments<String>) -> Response {
+    answer(
+        async {
+            let id = shared.ops.resolve(&q).await?;
+            Ok(LimitsJson::of(&shared.ops.limits(&id).await?))
+        }
+        .await,
+    )
+}
+
+/// `{"key": "...", "concurrency": n | null, "rate": {"max": n, "per_ms":
+/// n} | null}`: an upsert.
+async fn set_limit(
+    State(shared): State<Arc<Shared>>,
+    Segments(q): Segments<String>,
+    body: Bytes,
+) -> Response {
+    let set = match serde_json::from_slice::<SetLimitJson>(&body) {
+        Ok(set) => set,
+        Err(e) => {
+            return error(&OpError::Invalid(format!(
+                "the body is {{\"key\": \"...\", \"concurrency\": n | null, \
+                 \"rate\": {{\"max\": n, \"per_ms\": n}} | null}}: {e}"
+            )));
+        }
+    };
+    write(&shared, &q, async |id| {
+        shared.ops.set_limit(id, &set.key, set.limit()).await
+    })
+    .await
+}
+
+async fn remove_limit(
+    State(shared): State<Arc<Shared>>,
+    Segments((q, key)): Segments<(String, String)>,
+) -> Response {
+    write(&shared, &q, async |id| {
+        shared.ops.remove_limit(id, &key).await
     })
     .await
 }

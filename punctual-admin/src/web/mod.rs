@@ -141,6 +141,8 @@ impl Dashboard {
                 "/queues/{q}/schedules/{name}/unschedule",
                 post(pages::unschedule),
             )
+            .route("/queues/{q}/limits", post(pages::set_limit))
+            .route("/queues/{q}/limits/{key}/remove", post(pages::remove_limit))
             .route("/login", get(guard::login_form).post(guard::login))
             .route("/logout", post(guard::logout))
             .route("/assets/style.css", get(pages::style))

@@ -14,7 +14,11 @@ use super::views::{self, Ctx, EntriesView, QueueView};
 use super::{Base, Params, Segments, Shared, enc};
 use crate::error::OpError;
 use crate::fmt;
-use crate::ops::{DEFAULT_LIMIT, MAX_PAGE, QueueId, Requeue, parse_limit, parse_state};
+use crate::ops::{
+    DEFAULT_KEY, DEFAULT_LIMIT, MAX_PAGE, QueueId, Requeue, parse_count, parse_limit, parse_period,
+    parse_state,
+};
+use punctual::durable::{KeyLimit, Rate};
 
 /// What a page's query may say.
 #[derive(Debug, Default, Deserialize)]
@@ -107,8 +111,12 @@ pub(crate) async fn queue(
         Ok(id) => id,
         Err(e) => return failure(&ctx, &e),
     };
-    let (snapshot, timeline, schedules) =
-        tokio::join!(ops.snapshot(&id), ops.timeline(&id), ops.schedules(&id));
+    let (snapshot, timeline, schedules, limits) = tokio::join!(
+        ops.snapshot(&id),
+        ops.timeline(&id),
+        ops.schedules(&id),
+        ops.limits(&id)
+    );
     let v = QueueView {
         label: label(&shared, &id).await,
         name: id.name.clone(),
@@ -119,6 +127,7 @@ pub(crate) async fn queue(
         history: ops.history(&id),
         timeline,
         schedules,
+        limits,
     };
     views::queue(&ctx, &v).into_response()
 }
@@ -204,6 +213,42 @@ pub(crate) struct Action {
     id: Option<String>,
     all_dead: Option<String>,
     confirm: Option<String>,
+    /// The set-limit form: the key, and each bound (empty: none).
+    key: Option<String>,
+    concurrency: Option<String>,
+    rate_max: Option<String>,
+    rate_per: Option<String>,
+}
+
+impl Action {
+    /// The set-limit form's key and limit.
+    fn limit(&self) -> Result<(String, KeyLimit), OpError> {
+        let filled = |field: &Option<String>| {
+            field
+                .as_deref()
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        let key = filled(&self.key)
+            .ok_or_else(|| OpError::Invalid("say which key to limit (* for the default)".into()))?;
+        let concurrency = filled(&self.concurrency)
+            .map(|n| parse_count(&n, "concurrency"))
+            .transpose()?;
+        let rate = match (filled(&self.rate_max), filled(&self.rate_per)) {
+            (None, None) => None,
+            (Some(max), Some(per)) => Some(Rate {
+                max: parse_count(&max, "a rate's max")?,
+                per: parse_period(&per)?,
+            }),
+            _ => {
+                return Err(OpError::Invalid(
+                    "a rate needs both its max and its period (such as 100 per 1m)".into(),
+                ));
+            }
+        };
+        Ok((key, KeyLimit { concurrency, rate }))
+    }
 }
 
 /// Runs a button's operation on queue `q` and answers with a redirect
@@ -374,6 +419,51 @@ pub(crate) async fn unschedule(
     act(&shared, &base, &q, &action, true, async |id| {
         ops.unschedule(id, &name).await?;
         Ok(format!("Deleted schedule {name} and its tick."))
+    })
+    .await
+}
+
+/// Who a limit belongs to, for the line after a button.
+fn whose(key: &str) -> String {
+    if key == DEFAULT_KEY {
+        "The default key limit".to_owned()
+    } else {
+        format!("The limit of key {key}")
+    }
+}
+
+pub(crate) async fn set_limit(
+    State(shared): State<Arc<Shared>>,
+    base: Base,
+    Segments(q): Segments<String>,
+    Form(action): Form<Action>,
+) -> Response {
+    let (key, limit) = match action.limit() {
+        Ok(set) => set,
+        Err(e) => return failure(&Ctx::bare(&base), &e),
+    };
+    let ops = shared.ops.clone();
+    act(&shared, &base, &q, &action, false, async |id| {
+        Ok(match ops.set_limit(id, &key, limit).await? {
+            1 => format!("{} is set.", whose(&key)),
+            _ => format!("{} was that already: nothing changed.", whose(&key)),
+        })
+    })
+    .await
+}
+
+pub(crate) async fn remove_limit(
+    State(shared): State<Arc<Shared>>,
+    base: Base,
+    Segments((q, key)): Segments<(String, String)>,
+    Form(action): Form<Action>,
+) -> Response {
+    let ops = shared.ops.clone();
+    act(&shared, &base, &q, &action, true, async |id| {
+        Ok(match ops.remove_limit(id, &key).await? {
+            1 => format!("{} is removed.", whose(&key)),
+            _ => format!("{} was not set: nothing changed.", whose(&key)),
+        })
     })
     .await
 }

@@ -15,7 +15,7 @@ use crate::error::OpError;
 use crate::fmt;
 use crate::history::Point;
 use crate::json::rfc3339;
-use crate::ops::{Listed, Snapshot};
+use crate::ops::{DEFAULT_KEY, LEASED_AT_MOST, Limits, Listed, Snapshot};
 use crate::store::Kind;
 use crate::timeline::Timeline;
 
@@ -332,6 +332,7 @@ pub(crate) struct QueueView {
     pub(crate) history: Vec<Point>,
     pub(crate) timeline: Result<Timeline, OpError>,
     pub(crate) schedules: Result<Vec<ScheduleInfo<Value>>, OpError>,
+    pub(crate) limits: Result<Limits, OpError>,
 }
 
 pub(crate) fn queue(ctx: &Ctx, v: &QueueView) -> Markup {
@@ -409,6 +410,13 @@ pub(crate) fn queue(ctx: &Ctx, v: &QueueView) -> Markup {
                         Ok(list) => { (schedules_table(ctx, &v.label, list, s.now(), &back)) }
                     }
                 }
+                section.card.flush.limits {
+                    h2.pad { "Key limits" }
+                    @match &v.limits {
+                        Err(e) => { div.pad { (error_box(e)) } }
+                        Ok(limits) => { (limits_table(ctx, &v.label, limits, &back)) }
+                    }
+                }
             }
         }
     };
@@ -452,6 +460,91 @@ fn schedules_table(
                             }
                         }
                     }
+                }
+            }
+        }
+    }
+}
+
+/// A rate for people: `100 per 1m`.
+fn rate_text(rate: &punctual::durable::Rate) -> String {
+    format!("{} per {}", rate.max, fmt::period(rate.per))
+}
+
+/// The key limits of a queue, how many of each key run now, a button to
+/// remove each and a form to set one.
+fn limits_table(ctx: &Ctx, label: &str, limits: &Limits, back: &str) -> Markup {
+    let q = ctx.queue_url(label);
+    html! {
+        @if limits.limits.is_empty() {
+            p.pad.muted { "No key limit: entries of every key run as consumers take them." }
+        } @else {
+            table.limits {
+                thead { tr {
+                    th { "Key" } th.num { "Concurrency" } th { "Rate" } th.num { "Running now" }
+                    @if !ctx.read_only { th {} }
+                } }
+                tbody {
+                    @for (key, limit, running) in &limits.limits {
+                        tr data-limit=(key) {
+                            td {
+                                span.mono { (key) }
+                                @if key == DEFAULT_KEY {
+                                    " " span.muted { "default: every key without its own" }
+                                }
+                            }
+                            td.num {
+                                @match limit.concurrency {
+                                    Some(n) => { (fmt::count(n.into())) }
+                                    None => { span.muted { "—" } }
+                                }
+                            }
+                            td {
+                                @match &limit.rate {
+                                    Some(rate) => { (rate_text(rate)) }
+                                    None => { span.muted { "—" } }
+                                }
+                            }
+                            td.num data-running=(running) { (num(*running, Some(EntryState::Leased))) }
+                            @if !ctx.read_only {
+                                td.buttons {
+                                    (button(&format!("{q}/limits/{}/remove", enc(key)), "remove-limit", "Remove", "danger",
+                                        &[("back", back)], Some("sure")))
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if !limits.others.is_empty() {
+            p.pad.muted.others {
+                "Running now without a limit of their own: "
+                @for (i, (key, n)) in limits.others.iter().enumerate() {
+                    @if i > 0 { ", " }
+                    span.mono data-other=(key) { (key) } " (" (fmt::count(*n)) ")"
+                }
+            }
+        }
+        @if limits.capped {
+            p.pad.muted {
+                "Counted from the first " (fmt::count(LEASED_AT_MOST as u64)) " leased entries only."
+            }
+        }
+        @if !ctx.read_only {
+            form.pad.set-limit method="post" action={(q) "/limits"} {
+                input type="hidden" name="back" value=(back);
+                label { "Key " input type="text" name="key" required placeholder="tenant-42, or * for the default" size="24"; }
+                " "
+                label { "Concurrency " input type="number" name="concurrency" min="0" max="4294967295" placeholder="none" size="6"; }
+                " "
+                label { "Rate " input type="number" name="rate_max" min="0" max="4294967295" placeholder="max" size="6"; }
+                " "
+                label { "per " input type="text" name="rate_per" placeholder="1m, 30s, 500ms" size="8" pattern="([0-9]+(ms|s|m|h|d))+"; }
+                " "
+                button.primary type="submit" data-action="set-limit" { "Set limit" }
+                p.muted.hint {
+                    "Sets the key's limit, replacing the one it had. A key given neither bound is limited by nothing, not even the default."
                 }
             }
         }
@@ -531,7 +624,7 @@ pub(crate) fn entries(ctx: &Ctx, v: &EntriesView) -> Markup {
                 div.card.flush {
                     table.entries {
                         thead { tr {
-                            th { "ID" } th { (when_title) } th.num { "Attempt" } th { "Schedule" }
+                            th { "ID" } th { (when_title) } th.num { "Attempt" } th.num { "Prio" } th { "Key" } th { "Schedule" }
                             th { "Last error" } th { "Value" }
                             @if !ctx.read_only { th {} }
                         } }
@@ -541,6 +634,8 @@ pub(crate) fn entries(ctx: &Ctx, v: &EntriesView) -> Markup {
                                     td { a.mono.id href=(ctx.entry_url(&v.label, &e.id)) { (clip(&e.id, 40)) } }
                                     td { (time(e.lease_until.or(e.died_at).unwrap_or(e.due), v.now)) }
                                     td.num { (e.attempt) }
+                                    td.num.prio { (e.priority) }
+                                    td.key { @if let Some(k) = &e.key { span.mono { (clip(k, 40)) } } @else { span.muted { "—" } } }
                                     td { @if let Some(s) = &e.schedule { span.mono { (s) } } @else { span.muted { "—" } } }
                                     td.err { @if let Some(err) = &e.last_error { (clip(err, 80)) } }
                                     td.value { code { (value_text(e, 80)) } }
@@ -625,6 +720,13 @@ pub(crate) fn entry(
                 @if let Some(at) = e.lease_until { dt { "Lease until" } dd { (time(at, now)) } }
                 @if let Some(at) = e.died_at { dt { "Died" } dd { (time(at, now)) } }
                 dt { "Attempts" } dd.num-left { (e.attempt) }
+                dt { "Priority" } dd.num-left data-field="priority" { (e.priority) }
+                dt { "Key" } dd data-field="key" {
+                    @match &e.key {
+                        Some(k) => { span.mono { (k) } }
+                        None => { span.muted { "none" } }
+                    }
+                }
                 @if let Some(s) = &e.schedule { dt { "Schedule" } dd.mono { (s) } }
                 @if let Some(err) = &e.last_error { dt { "Last error" } dd { pre.err { (err) } } }
             }

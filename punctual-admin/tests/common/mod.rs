@@ -13,7 +13,7 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use punctual::MissedTicks;
-use punctual::durable::{Durable, Outcome, QueueStats, Worker};
+use punctual::durable::{Durable, InsertOptions, KeyLimit, Outcome, QueueStats, Rate, Worker};
 use punctual::postgres::PgQueue;
 use punctual::redis::RedisQueue;
 use serde_json::{Value, json};
@@ -198,6 +198,62 @@ where
         .unwrap();
     let stats = queue.stats().await.unwrap();
     assert_eq!(stats, SEEDED, "seeded");
+}
+
+/// The limit of `tenant-a` in a queue seeded by [`seed_keyed`].
+pub const TENANT_A: KeyLimit = KeyLimit {
+    concurrency: Some(2),
+    rate: None,
+};
+
+/// The default limit (`*`) of a queue seeded by [`seed_keyed`].
+pub const DEFAULT_LIMIT: KeyLimit = KeyLimit {
+    concurrency: None,
+    rate: Some(Rate {
+        max: 100,
+        per: Duration::from_secs(60),
+    }),
+};
+
+/// How many entries of a queue seeded by [`seed_keyed`] are due: the
+/// test takes them all (`a-1`, `a-2` of key `tenant-a`, `b-1` of key
+/// `tenant-b`) and holds them, so that two of `tenant-a` and one of
+/// `tenant-b` run.
+pub const KEYED_DUE: usize = 3;
+
+/// Entries with keys and priorities, and key limits, as issue 39's
+/// workloads make them: `a-1`, `a-2` (key `tenant-a`) and `b-1` (key
+/// `tenant-b`), priority 5, due now; `urgent` (no key, priority 9) and
+/// `later` (key `tenant-c`, priority -2), due in an hour. `tenant-a` has
+/// its own limit ([`TENANT_A`]); the default is [`DEFAULT_LIMIT`].
+pub async fn seed_keyed<Q>(queue: &Q)
+where
+    Q: Durable<Item = Value>,
+    Q::Error: Debug,
+{
+    let due = |id: &str, key: &str| InsertOptions::new().id(id).key(key).priority(5);
+    let hour = Duration::from_secs(3600);
+    let entries = vec![
+        (json!({"job": "a-1"}), due("a-1", "tenant-a")),
+        (json!({"job": "a-2"}), due("a-2", "tenant-a")),
+        (json!({"job": "b-1"}), due("b-1", "tenant-b")),
+        (
+            json!({"job": "urgent"}),
+            InsertOptions::new().id("urgent").priority(9).delay(hour),
+        ),
+        (
+            json!({"job": "later"}),
+            InsertOptions::new()
+                .id("later")
+                .key("tenant-c")
+                .priority(-2)
+                .delay(hour),
+        ),
+    ];
+    let ids = queue.insert_many_with(&entries).await.unwrap();
+    assert!(ids.iter().all(Option::is_some), "{ids:?}");
+    assert!(queue.set_key_limit("tenant-a", TENANT_A).await.unwrap());
+    assert!(queue.set_default_key_limit(DEFAULT_LIMIT).await.unwrap());
 }
 
 /// Polls `check` every 20 ms until it holds; panics after 15 s.
