@@ -18,8 +18,11 @@ use std::time::Duration;
 
 use common::pg::PgDb;
 use common::redis_server::RedisServer;
-use common::{Held, SEEDED, pg_queue, pg_queue_in, redis_queue, seed_pg, seed_redis};
-use punctual::durable::EntryState;
+use common::{
+    DEFAULT_LIMIT, Held, KEYED_DUE, SEEDED, TENANT_A, pg_queue, pg_queue_in, redis_queue,
+    seed_keyed, seed_pg, seed_redis,
+};
+use punctual::durable::{Durable, EntryState, KeyLimit, Rate};
 use serde_json::{Value, json};
 use tokio::task::block_in_place;
 
@@ -1034,6 +1037,22 @@ async fn bad_arguments_under_json_are_one_json_error() {
             "--all-dead",
         ),
         (&stores, vec!["serve", "--json"], "--json"),
+        (
+            &stores,
+            vec!["set-limit", "q", "k", "--rate", "5", "--json"],
+            "MAX/PER",
+        ),
+        (
+            &stores,
+            vec!["set-limit", "q", "k", "--rate", "5/soon", "--json"],
+            "soon",
+        ),
+        (
+            &stores,
+            vec!["set-limit", "q", "k", "--concurrency", "-1", "--json"],
+            "-1",
+        ),
+        (&stores, vec!["remove-limit", "q", "--json"], "KEY"),
         (&none, vec!["queues", "--json"], "no store"),
         (
             &none,
@@ -1073,4 +1092,258 @@ async fn bad_arguments_under_json_are_one_json_error() {
     // An id written after `--` may be `--json`: it asks for no JSON.
     let dashed = admin(&stores, &["show", "q", "--", "--json"]);
     assert!(dashed.code != 0 && dashed.stdout.is_empty(), "{dashed:?}");
+}
+
+/// The limits of `queue` as the store keeps them, by key.
+async fn kept<Q>(queue: &Q) -> Vec<(String, KeyLimit)>
+where
+    Q: Durable<Item = Value>,
+    Q::Error: std::fmt::Debug,
+{
+    let mut all = queue.key_limits().await.unwrap();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
+/// Issue 39 on the command line, on Redis and PostgreSQL (each with a
+/// queue `tenants` seeded by `seed_keyed`, its due entries held): entries
+/// show their key and priority; `limits` lists each limit with what runs
+/// of its key; `set-limit` and `remove-limit` change the store; bad
+/// arguments exit 2, a queue that does not exist 1. (The same commands
+/// over a memory queue: the unit tests of `cli`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_limits_through_the_command_line() {
+    let redis = RedisServer::start_in_memory();
+    let db = PgDb::new();
+    let r = redis_queue(&redis.url(), "tenants").await;
+    let p = pg_queue_in(&db.url(), "cli_keys", "tenants").await;
+    seed_keyed(&r).await;
+    seed_keyed(&p).await;
+    let mut held_r = Vec::new();
+    let mut held_p = Vec::new();
+    for _ in 0..KEYED_DUE {
+        held_r.push(r.try_take().await.unwrap().expect("due"));
+        held_p.push(p.try_take().await.unwrap().expect("due"));
+    }
+    let st: &[String] = &[
+        "--redis".into(),
+        redis.url(),
+        "--postgres".into(),
+        db.url(),
+        "--schema".into(),
+        "cli_keys".into(),
+    ];
+    let ok = |n: u64| json!({"ok": true, "changed": n});
+    let help = exits(admin(st, &["--help"]), 0);
+    for command in ["limits", "set-limit", "remove-limit"] {
+        assert!(help.stdout.contains(command), "{command} in {help:?}");
+    }
+    let help = exits(admin(st, &["set-limit", "--help"]), 0);
+    assert!(
+        help.stdout.contains("--rate <MAX/PER>") && help.stdout.contains("100/1m"),
+        "{help:?}"
+    );
+
+    for q in ["redis:tenants", "postgres:tenants"] {
+        // Entries: their key and priority.
+        let leased = exits(admin(st, &["entries", q, "--state", "leased", "--json"]), 0).json();
+        let mut keys: Vec<(String, Value)> = leased["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["key"].as_str().unwrap().to_owned(), e["priority"].clone()))
+            .collect();
+        keys.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            keys,
+            [
+                ("tenant-a".to_owned(), json!(5)),
+                ("tenant-a".to_owned(), json!(5)),
+                ("tenant-b".to_owned(), json!(5))
+            ],
+            "{q}"
+        );
+        let table = exits(admin(st, &["entries", q, "--state", "pending"]), 0);
+        assert!(table.stdout.contains("PRIO  KEY"), "{table:?}");
+        let later = table
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("later"))
+            .unwrap();
+        assert!(later.contains("-2  tenant-c"), "{later}");
+        let show = exits(admin(st, &["show", q, "urgent"]), 0);
+        assert!(
+            show.stdout.contains("key         -\npriority    9\n"),
+            "{show:?}"
+        );
+
+        // Limits, with what runs of each key.
+        let limits = exits(admin(st, &["limits", q, "--json"]), 0).json();
+        assert_eq!(
+            limits,
+            json!({
+                "limits": [
+                    {"key": "*", "concurrency": null, "rate": {"max": 100, "per_ms": 60000}, "running": 1},
+                    {"key": "tenant-a", "concurrency": 2, "rate": null, "running": 2},
+                ],
+                "others": [{"key": "tenant-b", "running": 1}],
+                "capped": false,
+            }),
+            "{q}"
+        );
+        let text = exits(admin(st, &["limits", q]), 0).stdout;
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("KEY") && lines[0].contains("RUNNING"),
+            "{text}"
+        );
+        assert!(
+            lines[1].starts_with('*') && lines[1].contains("100/1m"),
+            "{text}"
+        );
+        assert!(
+            lines[2].starts_with("tenant-a") && lines[2].ends_with(" 2"),
+            "{text}"
+        );
+        assert_eq!(
+            lines[3],
+            "running without a limit of their own: tenant-b (1)"
+        );
+    }
+
+    // set-limit: an upsert on the store named, and only it.
+    assert_eq!(
+        exits(
+            admin(
+                st,
+                &[
+                    "set-limit",
+                    "redis:tenants",
+                    "tenant-b",
+                    "--concurrency",
+                    "1",
+                    "--rate",
+                    "5/30s",
+                    "--json"
+                ]
+            ),
+            0
+        )
+        .json(),
+        ok(1)
+    );
+    let tenant_b = KeyLimit {
+        concurrency: Some(1),
+        rate: Some(Rate {
+            max: 5,
+            per: Duration::from_secs(30),
+        }),
+    };
+    assert_eq!(
+        kept(&r).await,
+        [
+            ("*".to_owned(), DEFAULT_LIMIT),
+            ("tenant-a".to_owned(), TENANT_A),
+            ("tenant-b".to_owned(), tenant_b)
+        ]
+    );
+    assert_eq!(kept(&p).await.len(), 2, "postgres:tenants keeps its own");
+    let again = exits(
+        admin(
+            st,
+            &[
+                "set-limit",
+                "redis:tenants",
+                "tenant-b",
+                "--concurrency",
+                "1",
+                "--rate",
+                "5/30000ms",
+            ],
+        ),
+        0,
+    );
+    assert!(again.stdout.contains("nothing changed"), "{again:?}");
+    let set = exits(
+        admin(
+            st,
+            &["set-limit", "postgres:tenants", "*", "--concurrency", "4"],
+        ),
+        0,
+    );
+    assert!(
+        set.stdout
+            .contains("the default key limit (*) of postgres:tenants is now concurrency 4"),
+        "{set:?}"
+    );
+    assert!(kept(&p).await.contains(&(
+        "*".to_owned(),
+        KeyLimit {
+            concurrency: Some(4),
+            rate: None
+        }
+    )));
+
+    // remove-limit: 1, then 0 (no error).
+    for (n, key) in [(1, "tenant-b"), (0, "tenant-b"), (1, "*")] {
+        assert_eq!(
+            exits(
+                admin(st, &["remove-limit", "redis:tenants", key, "--json"]),
+                0
+            )
+            .json(),
+            ok(n),
+            "{key}"
+        );
+    }
+    assert_eq!(kept(&r).await, [("tenant-a".to_owned(), TENANT_A)]);
+    let removed = exits(
+        admin(st, &["remove-limit", "postgres:tenants", "tenant-a"]),
+        0,
+    );
+    assert!(
+        removed.stdout.contains("removed the limit of key tenant-a"),
+        "{removed:?}"
+    );
+
+    // Bad arguments exit 2 and change nothing; a queue not there, 1.
+    for bad in [
+        &["set-limit", "redis:tenants", "k", "--rate", "5"][..],
+        &["set-limit", "redis:tenants", "k", "--rate", "x/1m"],
+        &["set-limit", "redis:tenants", "k", "--concurrency", "many"],
+        &["set-limit", "redis:tenants", "", "--concurrency", "1"],
+        &["set-limit", "tenants", "k", "--concurrency", "1"],
+        &["remove-limit", "redis:tenants"],
+    ] {
+        exits(admin(st, bad), 2);
+    }
+    let zero = exits(
+        admin(
+            st,
+            &[
+                "set-limit",
+                "redis:tenants",
+                "k",
+                "--rate",
+                "5/0s",
+                "--json",
+            ],
+        ),
+        2,
+    );
+    assert!(
+        zero.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("invalid key limit"),
+        "{zero:?}"
+    );
+    assert_eq!(kept(&r).await, [("tenant-a".to_owned(), TENANT_A)]);
+    exits(admin(st, &["limits", "nope"]), 1);
+    exits(
+        admin(st, &["set-limit", "nope", "k", "--concurrency", "1"]),
+        1,
+    );
+    exits(admin(st, &["remove-limit", "postgres:nope", "k"]), 1);
+    drop((held_r, held_p));
 }

@@ -819,6 +819,214 @@ mod tests {
         assert!(!wants_json(&args(&["p", "stats", "--jsonx"])));
     }
 
+    /// The output of the command line `args` (after the program's name
+    /// and a store it does not read) over `queue`, a memory queue: the
+    /// binary cannot reach one, these tests can.
+    async fn over_memory(
+        queue: &punctual::memory::MemoryQueue<serde_json::Value>,
+        args: &[&str],
+    ) -> Result<String, OpError> {
+        let mut line = vec!["punctual-admin", "--redis", "redis://127.0.0.1:1/"];
+        line.extend(args);
+        let cli = Cli::try_parse_from(line).map_err(|e| OpError::Invalid(clap_message(&e)))?;
+        let json = json_of(&cli.command);
+        let ops = Arc::new(Ops::new(
+            vec![Source::Memory {
+                queues: vec![queue.clone()],
+            }],
+            Policy::FRESH,
+        ));
+        command_output(&ops, cli.command, json).await
+    }
+
+    #[tokio::test]
+    async fn key_limits_and_entry_keys_on_a_memory_queue() {
+        use punctual::durable::InsertOptions;
+        use serde_json::{Value, json};
+        use std::time::Duration;
+
+        let q = punctual::memory::MemoryQueue::<Value>::builder("tenants")
+            .lease(Duration::from_secs(3600))
+            .build();
+        let opts = |id: &str, key: &str| InsertOptions::new().id(id).key(key).priority(5);
+        for (id, key) in [
+            ("a-1", "tenant-a"),
+            ("a-2", "tenant-a"),
+            ("b-1", "tenant-b"),
+        ] {
+            q.insert_with(&json!(id), &opts(id, key)).await.unwrap();
+        }
+        q.insert_with(
+            &json!("later"),
+            &InsertOptions::new()
+                .id("later")
+                .priority(-2)
+                .delay(Duration::from_secs(600)),
+        )
+        .await
+        .unwrap();
+        let one = KeyLimit {
+            concurrency: Some(1),
+            rate: None,
+        };
+        q.set_key_limit("tenant-a", one).await.unwrap();
+        let mut held = Vec::new();
+        while let Some(d) = q.try_take().await.unwrap() {
+            held.push(d);
+        }
+        assert_eq!(held.len(), 2, "tenant-a runs one at a time");
+
+        let doc: Value = serde_json::from_str(
+            &over_memory(&q, &["limits", "tenants", "--json"])
+                .await
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            doc,
+            json!({
+                "limits": [{"key": "tenant-a", "concurrency": 1, "rate": null, "running": 1}],
+                "others": [{"key": "tenant-b", "running": 1}],
+                "capped": false,
+            })
+        );
+        let text = over_memory(&q, &["limits", "tenants"]).await.unwrap();
+        assert!(text.starts_with("KEY"), "{text}");
+        assert!(
+            text.contains("tenant-a")
+                && text.ends_with("running without a limit of their own: tenant-b (1)"),
+            "{text}"
+        );
+
+        let set = |args: &'static [&'static str]| {
+            let q = q.clone();
+            async move { over_memory(&q, args).await }
+        };
+        assert_eq!(
+            set(&["set-limit", "tenants", "*", "--rate", "100/1m", "--json"])
+                .await
+                .unwrap(),
+            to_json(&WriteJson::changed(1))
+        );
+        assert_eq!(
+            set(&["set-limit", "tenants", "*", "--rate", "100/60s"])
+                .await
+                .unwrap(),
+            "the default key limit (*) of tenants was rate 100/1m already: nothing changed"
+        );
+        assert_eq!(
+            set(&[
+                "set-limit",
+                "tenants",
+                "tenant-b",
+                "--concurrency",
+                "3",
+                "--rate",
+                "5/500ms"
+            ])
+            .await
+            .unwrap(),
+            "the limit of key tenant-b of tenants is now concurrency 3, rate 5/500ms"
+        );
+        let kept = q.key_limits().await.unwrap();
+        assert!(kept.contains(&(
+            "*".to_owned(),
+            KeyLimit {
+                concurrency: None,
+                rate: Some(Rate {
+                    max: 100,
+                    per: Duration::from_secs(60)
+                })
+            }
+        )));
+        assert!(kept.contains(&(
+            "tenant-b".to_owned(),
+            KeyLimit {
+                concurrency: Some(3),
+                rate: Some(Rate {
+                    max: 5,
+                    per: Duration::from_millis(500)
+                })
+            }
+        )));
+        let text = over_memory(&q, &["limits", "tenants"]).await.unwrap();
+        let rows: Vec<&str> = text.lines().collect();
+        assert_eq!(rows.len(), 4, "{text}");
+        assert!(
+            rows[1].starts_with("*") && rows[1].contains("100/1m"),
+            "{text}"
+        );
+        assert!(
+            rows[3].starts_with("tenant-b") && rows[3].ends_with(" 1"),
+            "{text}"
+        );
+
+        assert_eq!(
+            set(&["remove-limit", "tenants", "tenant-b", "--json"])
+                .await
+                .unwrap(),
+            to_json(&WriteJson::changed(1))
+        );
+        assert_eq!(
+            set(&["remove-limit", "tenants", "tenant-b"]).await.unwrap(),
+            "tenants had no such limit (the limit of key tenant-b): nothing changed"
+        );
+        assert_eq!(q.key_limits().await.unwrap().len(), 2);
+
+        // Bad arguments: refused before the store (clap) or by it.
+        for bad in [
+            &["set-limit", "tenants", "k", "--rate", "5"][..],
+            &["set-limit", "tenants", "k", "--rate", "5/soon"],
+            &["set-limit", "tenants", "k", "--concurrency", "-1"],
+            &["set-limit", "tenants", "k", "--rate", "5/0s"],
+            &["set-limit", "tenants", "", "--concurrency", "1"],
+        ] {
+            let e = over_memory(&q, bad).await.unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
+        }
+        assert!(
+            over_memory(&q, &["set-limit", "tenants", "k", "--rate", "5/0s"])
+                .await
+                .unwrap_err()
+                .to_string()
+                .contains("invalid key limit")
+        );
+        assert_eq!(
+            over_memory(&q, &["limits", "nope"])
+                .await
+                .unwrap_err()
+                .exit_code(),
+            1
+        );
+        assert_eq!(
+            q.key_limits().await.unwrap().len(),
+            2,
+            "nothing bad was kept"
+        );
+
+        // Entries: their key and priority, in the table and in `show`.
+        let text = over_memory(&q, &["entries", "tenants", "--state", "leased"])
+            .await
+            .unwrap();
+        let head = text.lines().next().unwrap();
+        assert!(head.contains("ATTEMPT  PRIO  KEY"), "{text}");
+        assert!(text.contains("tenant-b"), "{text}");
+        let text = over_memory(&q, &["show", "tenants", "later"])
+            .await
+            .unwrap();
+        assert!(text.contains("\nkey         -\npriority    -2\n"), "{text}");
+        let doc: Value = serde_json::from_str(
+            &over_memory(&q, &["show", "tenants", "a-1", "--json"])
+                .await
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            (&doc["key"], &doc["priority"]),
+            (&json!("tenant-a"), &json!(5))
+        );
+    }
+
     #[test]
     fn each_schema_belongs_to_the_postgres_before_it() {
         let (_, sources) = parse([
