@@ -19,9 +19,13 @@ use std::time::Duration;
 
 use common::pg::PgDb;
 use common::redis_server::RedisServer;
-use common::{ORDERS, SEEDED, pg_queue_in, redis_queue, seed_pg, seed_redis};
+use common::{
+    KEYED_DUE, ORDERS, SEEDED, TENANT_A, pg_queue_in, redis_queue, seed_keyed, seed_pg, seed_redis,
+};
 use fantoccini::{Client, ClientBuilder, Locator};
-use punctual::durable::EntryState;
+use punctual::durable::{Durable, EntryState, KeyLimit, Rate};
+use punctual::memory::MemoryQueue;
+use punctual_admin::Dashboard;
 use serde_json::{Value, json};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -204,6 +208,17 @@ fn serve(stores: &[String], args: &[&str]) -> (Killed, String) {
     // Keeps draining its stderr so that it never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
     (child, url)
+}
+
+/// `router` served on a free loopback port, in this process (a memory
+/// queue lives here, where the binary cannot reach it); its base URL.
+async fn serve_router(router: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    url
 }
 
 async fn text(c: &Client, css: &str) -> String {
@@ -500,4 +515,237 @@ async fn read_only_and_token_keep_writes_out() {
         })
         .await;
     browser.close().await;
+}
+
+/// The limits of `queue` as the store keeps them, by key.
+async fn kept<Q>(queue: &Q) -> Vec<(String, KeyLimit)>
+where
+    Q: Durable<Item = Value>,
+    Q::Error: std::fmt::Debug,
+{
+    let mut all = queue.key_limits().await.unwrap();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
+/// Issue 39 by hand, on queue `q` of the dashboard at `base` (the store's
+/// `queue`, seeded by `seed_keyed`, its due entries held): the queue page
+/// lists the key limits with what runs of each key; a person sets one
+/// with the form and removes one (ticking the box first), and the store
+/// changes; the entries and an entry show key and priority.
+async fn limits_by_hand<Q>(c: Client, base: String, q: String, queue: Q)
+where
+    Q: Durable<Item = Value>,
+    Q::Error: std::fmt::Debug,
+{
+    c.goto(&format!("{base}/queues/{q}")).await.unwrap();
+    assert_eq!(text(&c, "section.limits h2").await, "KEY LIMITS");
+    assert_eq!(
+        text(&c, r#"tr[data-limit="tenant-a"] td[data-running]"#).await,
+        "2"
+    );
+    assert_eq!(
+        text(&c, r#"tr[data-limit="*"] td[data-running]"#).await,
+        "1"
+    );
+    assert!(
+        text(&c, r#"tr[data-limit="*"]"#)
+            .await
+            .contains("100 per 1m")
+    );
+    assert_eq!(text(&c, r#"[data-other="tenant-b"]"#).await, "tenant-b");
+
+    // Set a limit with the form.
+    let form = c.form(Locator::Css("form.set-limit")).await.unwrap();
+    form.set_by_name("key", "tenant-b").await.unwrap();
+    form.set_by_name("concurrency", "1").await.unwrap();
+    form.set_by_name("rate_max", "5").await.unwrap();
+    form.set_by_name("rate_per", "30s").await.unwrap();
+    click(&c, r#"button[data-action="set-limit"]"#).await;
+    assert!(
+        text(&c, ".flash")
+            .await
+            .contains("The limit of key tenant-b is set."),
+        "{}",
+        text(&c, "main").await
+    );
+    let tenant_b = KeyLimit {
+        concurrency: Some(1),
+        rate: Some(Rate {
+            max: 5,
+            per: Duration::from_secs(30),
+        }),
+    };
+    assert!(
+        kept(&queue)
+            .await
+            .contains(&("tenant-b".to_owned(), tenant_b))
+    );
+    assert_eq!(
+        text(&c, r#"tr[data-limit="tenant-b"] td[data-running]"#).await,
+        "1",
+        "tenant-b runs under its own limit now"
+    );
+    assert_eq!(
+        text(&c, r#"tr[data-limit="*"] td[data-running]"#).await,
+        "0"
+    );
+
+    // Remove one: the browser sends nothing until the box is ticked.
+    let page = c.find(Locator::Css("html")).await.unwrap();
+    tick(
+        &c,
+        r#"tr[data-limit="tenant-a"] button[data-action="remove-limit"]"#,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        page.tag_name().await.is_ok(),
+        "the form was not sent unticked"
+    );
+    assert!(kept(&queue).await.iter().any(|(k, _)| k == "tenant-a"));
+    tick(
+        &c,
+        r#"tr[data-limit="tenant-a"] input[data-confirm="remove-limit"]"#,
+    )
+    .await;
+    click(
+        &c,
+        r#"tr[data-limit="tenant-a"] button[data-action="remove-limit"]"#,
+    )
+    .await;
+    assert!(
+        text(&c, ".flash")
+            .await
+            .contains("The limit of key tenant-a is removed.")
+    );
+    assert!(!kept(&queue).await.iter().any(|(k, _)| k == "tenant-a"));
+    assert!(
+        c.find(Locator::Css(r#"tr[data-limit="tenant-a"]"#))
+            .await
+            .is_err(),
+        "its row is gone"
+    );
+    assert!(
+        kept(&queue).await.iter().any(|(k, _)| k == "*"),
+        "the others stay"
+    );
+
+    // Entries show their key and priority.
+    c.goto(&format!("{base}/queues/{q}/entries?state=pending"))
+        .await
+        .unwrap();
+    assert_eq!(text(&c, r#"tr[data-entry="later"] td.prio"#).await, "-2");
+    assert_eq!(
+        text(&c, r#"tr[data-entry="later"] td.key"#).await,
+        "tenant-c"
+    );
+    assert_eq!(text(&c, r#"tr[data-entry="urgent"] td.prio"#).await, "9");
+    click(&c, r#"tr[data-entry="urgent"] a.id"#).await;
+    assert_eq!(text(&c, r#"dd[data-field="priority"]"#).await, "9");
+    assert_eq!(text(&c, r#"dd[data-field="key"]"#).await, "none");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_sets_and_removes_key_limits_on_memory() {
+    let queue: MemoryQueue<Value> = MemoryQueue::builder("tenants")
+        .lease(Duration::from_secs(3600))
+        .build();
+    seed_keyed(&queue).await;
+    let mut held = Vec::new();
+    for _ in 0..KEYED_DUE {
+        held.push(queue.try_take().await.unwrap().expect("due"));
+    }
+    let base = serve_router(Dashboard::builder().memory(queue.clone()).router()).await;
+    let ro_base = serve_router(
+        Dashboard::builder()
+            .memory(queue.clone())
+            .read_only(true)
+            .router(),
+    )
+    .await;
+    let browser = Browser::start().await;
+    let q = queue.clone();
+    browser
+        .run("limits-memory", move |c| async move {
+            limits_by_hand(c.clone(), base, "tenants".to_owned(), q.clone()).await;
+
+            // Read-only: the limits shown, no form and no button; a forged
+            // POST from the page refused.
+            c.goto(&format!("{ro_base}/queues/tenants")).await.unwrap();
+            assert_eq!(
+                text(&c, r#"tr[data-limit="tenant-b"] td[data-running]"#).await,
+                "1"
+            );
+            assert!(
+                c.find_all(Locator::Css(
+                    "form.set-limit, button[data-action], form.act"
+                ))
+                .await
+                .unwrap()
+                .is_empty()
+            );
+            let status = c
+                .execute(
+                    "return fetch('/api/queues/tenants/limits', {method: 'POST', \
+                     headers: {'content-type': 'application/json'}, \
+                     body: JSON.stringify({key: 'x', concurrency: 1})}).then(r => r.status)",
+                    vec![],
+                )
+                .await
+                .unwrap();
+            assert_eq!(status, json!(403));
+            assert!(!kept(&q).await.iter().any(|(k, _)| k == "x"));
+        })
+        .await;
+    browser.close().await;
+    drop(held);
+}
+
+/// The same by hand on Redis and PostgreSQL, through `punctual-admin
+/// serve`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_sets_and_removes_key_limits_on_redis_and_postgres() {
+    let redis = RedisServer::start_in_memory();
+    let db = PgDb::new();
+    let r = redis_queue(&redis.url(), "tenants").await;
+    let p = pg_queue_in(&db.url(), "browser_keys", "tenants").await;
+    seed_keyed(&r).await;
+    seed_keyed(&p).await;
+    let mut held_r = Vec::new();
+    let mut held_p = Vec::new();
+    for _ in 0..KEYED_DUE {
+        held_r.push(r.try_take().await.unwrap().expect("due"));
+        held_p.push(p.try_take().await.unwrap().expect("due"));
+    }
+    let stores = vec![
+        "--redis".to_owned(),
+        redis.url(),
+        "--postgres".to_owned(),
+        db.url(),
+        "--schema".to_owned(),
+        "browser_keys".to_owned(),
+    ];
+    let (_server, base) = serve(&stores, &[]);
+    let browser = Browser::start().await;
+    let (r2, p2) = (r.clone(), p.clone());
+    browser
+        .run("limits-stores", move |c| async move {
+            limits_by_hand(
+                c.clone(),
+                base.clone(),
+                "redis:tenants".to_owned(),
+                r2.clone(),
+            )
+            .await;
+            assert_eq!(
+                kept(&p2).await.iter().find(|(k, _)| k == "tenant-a"),
+                Some(&("tenant-a".to_owned(), TENANT_A)),
+                "postgres:tenants keeps its own"
+            );
+            limits_by_hand(c, base, "postgres:tenants".to_owned(), p2).await;
+        })
+        .await;
+    browser.close().await;
+    drop((held_r, held_p));
 }
