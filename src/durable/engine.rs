@@ -694,15 +694,17 @@ where
             schedule,
             key,
             priority,
+            trace,
             lease,
             ..
         } = taken;
-        let span = tracing::info_span!(
-            "punctual.job",
-            queue = self.name,
-            id = %id,
+        let span = super::trace::run_span(
+            self.store,
+            &self.name,
+            &id,
             attempt,
-            schedule = schedule.as_deref().unwrap_or(""),
+            schedule.as_deref(),
+            trace.as_deref(),
         );
         let cancel = watch::Sender::new(false);
         let job = Job {

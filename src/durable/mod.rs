@@ -158,6 +158,7 @@ pub(crate) mod rules;
 mod schedule;
 pub(crate) mod store;
 pub(crate) mod take;
+pub(crate) mod trace;
 pub(crate) mod wait;
 mod worker;
 

@@ -180,6 +180,7 @@ impl InsertOptions {
             max_attempts: self.max_attempts,
             unique_ms: self.unique_for.map(|w| millis(w).max(1)),
             replace: self.replace,
+            trace: super::trace::current(),
         })
     }
 }
@@ -213,6 +214,8 @@ pub(crate) struct Plan {
     /// The unique window, in ms (at least 1).
     pub(crate) unique_ms: Option<u64>,
     pub(crate) replace: bool,
+    /// The inserting span's trace context (feature `opentelemetry`).
+    pub(crate) trace: Option<String>,
 }
 
 impl Plan {
@@ -227,6 +230,7 @@ impl Plan {
             max_attempts: None,
             unique_ms: None,
             replace: false,
+            trace: super::trace::current(),
         }
     }
 

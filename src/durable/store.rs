@@ -72,6 +72,9 @@ pub struct Taken<T, L> {
     pub schedule: Option<String>,
     pub key: Option<String>,
     pub priority: i16,
+    /// The inserting span's trace context, kept with the entry (feature
+    /// `opentelemetry`).
+    pub trace: Option<String>,
     pub lease: L,
 }
 

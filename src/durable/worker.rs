@@ -34,7 +34,9 @@ use super::outcome::Outcome;
 /// run longer than `timeout`, so neither depends on the worker's own task
 /// being scheduled in time on a busy runtime; a handler that returns after
 /// its timeout, even without awaiting, has failed. Each run is inside a `tracing`
-/// span `punctual.job` (queue, id, attempt, schedule); failures and lost
+/// span `punctual.run` (queue, id, attempt, schedule, and OpenTelemetry's
+/// `messaging.*` attributes; with the feature `opentelemetry`, its parent is
+/// the trace of the insert); failures and lost
 /// leases are events.
 ///
 /// The worker claims in batches, as many entries as it has free places (an

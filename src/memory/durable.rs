@@ -88,6 +88,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for MemoryQ
                     lease_until: system_time(item.lease_until),
                     key: item.group.as_deref().map(str::to_owned),
                     priority: item.priority,
+                    trace: item.trace.as_deref().map(str::to_owned),
                     lease,
                 }),
                 Err(why) => {

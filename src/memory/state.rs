@@ -61,6 +61,8 @@ pub(crate) struct Entry {
     pub(crate) limit: Option<u32>,
     /// How long its id stays taken after it finishes, in ms.
     pub(crate) unique: Option<u64>,
+    /// The inserting span's trace context.
+    pub(crate) trace: Option<Arc<str>>,
     /// In the claim index (see `ready.rs`).
     pub(crate) ready: bool,
     /// Holds a place of its key (leased, its lease not yet seen to run
@@ -85,6 +87,7 @@ impl Entry {
             group: None,
             limit: None,
             unique: None,
+            trace: None,
             ready: false,
             held: false,
         }
@@ -110,6 +113,7 @@ pub(crate) struct Leased {
     pub(crate) tick: Option<(Rec, u64)>,
     pub(crate) priority: i16,
     pub(crate) group: Option<Arc<str>>,
+    pub(crate) trace: Option<Arc<str>>,
 }
 
 /// The answer of a claim's step.
@@ -384,6 +388,7 @@ impl State {
         e.group = plan.key.as_deref().map(Arc::from);
         e.limit = plan.max_attempts;
         e.unique = plan.unique_ms;
+        e.trace = plan.trace.as_deref().map(Arc::from);
     }
 
     /// Whether id `id` is kept taken by a unique window at `now`.
@@ -573,7 +578,7 @@ impl State {
             e.token = Some(Arc::clone(token));
             e.since = Some(now);
             let (attempt, deadline) = (e.attempt, e.deadline.unwrap_or(place.0));
-            let (priority, group) = (e.priority, e.group.clone());
+            let (priority, group, trace) = (e.priority, e.group.clone(), e.trace.clone());
             let value = match &e.value {
                 Some(value) => Arc::clone(value),
                 None => self.schedule_value(&id),
@@ -592,6 +597,7 @@ impl State {
                 tick: rec.zip(tick),
                 priority,
                 group,
+                trace,
             });
         }
         let next = self.order.range((now.saturating_add(1), 0)..).next();
