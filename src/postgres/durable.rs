@@ -118,6 +118,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue
                     lease_until,
                     key: None,
                     priority: 0,
+                    trace: None,
                     lease: held,
                 }),
                 Err(refused) => {

@@ -85,6 +85,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQu
                     lease_until,
                     key: None,
                     priority: 0,
+                    trace: None,
                     lease,
                 }
             })
