@@ -4,7 +4,8 @@
 //!
 //! One operations layer (list, counts, entries by state a page at a time,
 //! an entry, schedules, requeue, remove, clear the dead letters, pause,
-//! resume, run a schedule now, delete a schedule) behind three faces:
+//! resume, run a schedule now, delete a schedule, a queue's key limits
+//! with what runs of each key, set or remove a limit) behind three faces:
 //!
 //! - the command line, `punctual-admin` ([`cli::run`]), every read with
 //!   `--json`;

@@ -884,48 +884,6 @@ pub(crate) fn wall_clock() -> SystemTime {
     SystemTime::now()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn periods_and_rates_read_as_people_write_them() {
-        let ms = |n| Duration::from_millis(n);
-        assert_eq!(parse_period("500ms").unwrap(), ms(500));
-        assert_eq!(parse_period("30s").unwrap(), ms(30_000));
-        assert_eq!(parse_period("1m").unwrap(), ms(60_000));
-        assert_eq!(parse_period("1m30s").unwrap(), ms(90_000));
-        assert_eq!(parse_period("2h").unwrap(), ms(7_200_000));
-        assert_eq!(parse_period("1d").unwrap(), ms(86_400_000));
-        assert_eq!(parse_period("0s").unwrap(), Duration::ZERO);
-        for bad in [
-            "",
-            "1",
-            "m",
-            "1x",
-            "-1s",
-            "1.5s",
-            "1 m",
-            "99999999999999999999s",
-        ] {
-            assert!(parse_period(bad).is_err(), "{bad:?}");
-        }
-        assert_eq!(
-            parse_rate("100/1m").unwrap(),
-            Rate {
-                max: 100,
-                per: ms(60_000)
-            }
-        );
-        for bad in ["100", "x/1m", "100/", "/1m", "-1/1s", "4294967296/1s"] {
-            assert!(parse_rate(bad).is_err(), "{bad:?}");
-        }
-        assert_eq!(parse_count("4294967295", "n").unwrap(), u32::MAX);
-        assert!(parse_count("4294967296", "n").is_err());
-        assert!(parse_count("-1", "n").is_err());
-    }
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
@@ -991,5 +949,47 @@ impl<T: Clone> Slots<T> {
     /// forgotten).
     fn forget(&self, id: &QueueId) {
         lock(&self.map).remove(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periods_and_rates_read_as_people_write_them() {
+        let ms = |n| Duration::from_millis(n);
+        assert_eq!(parse_period("500ms").unwrap(), ms(500));
+        assert_eq!(parse_period("30s").unwrap(), ms(30_000));
+        assert_eq!(parse_period("1m").unwrap(), ms(60_000));
+        assert_eq!(parse_period("1m30s").unwrap(), ms(90_000));
+        assert_eq!(parse_period("2h").unwrap(), ms(7_200_000));
+        assert_eq!(parse_period("1d").unwrap(), ms(86_400_000));
+        assert_eq!(parse_period("0s").unwrap(), Duration::ZERO);
+        for bad in [
+            "",
+            "1",
+            "m",
+            "1x",
+            "-1s",
+            "1.5s",
+            "1 m",
+            "99999999999999999999s",
+        ] {
+            assert!(parse_period(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            parse_rate("100/1m").unwrap(),
+            Rate {
+                max: 100,
+                per: ms(60_000)
+            }
+        );
+        for bad in ["100", "x/1m", "100/", "/1m", "-1/1s", "4294967296/1s"] {
+            assert!(parse_rate(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_count("4294967295", "n").unwrap(), u32::MAX);
+        assert!(parse_count("4294967296", "n").is_err());
+        assert!(parse_count("-1", "n").is_err());
     }
 }

@@ -185,17 +185,21 @@ enum Command {
         #[command(flatten)]
         out: Out,
     },
-    /// The queue's key limits, with how many entries of each key run now
-    /// (`*` is the default, for every key without a limit of its own), and
-    /// the keys running now without a limit of their own.
+    /// The queue's key limits, with how many entries of each key run now.
+    ///
+    /// `*` is the default, for every key without a limit of its own (its
+    /// RUNNING counts theirs); the keys running now without a limit of
+    /// their own are listed after.
     Limits {
         queue: String,
         #[command(flatten)]
         out: Out,
     },
-    /// Sets the limit of a key (`*`: the default), replacing the one it
-    /// had. Without --concurrency or --rate the key is bound by nothing,
-    /// not even the default.
+    /// Sets the limit of a key (`*`: the default), replacing its own.
+    ///
+    /// Without --concurrency or --rate the key is bound by nothing, not
+    /// even the default. Prints `changed: 0` when the limit was that
+    /// already.
     #[command(name = "set-limit")]
     SetLimit {
         queue: String,
@@ -211,8 +215,10 @@ enum Command {
         #[command(flatten)]
         out: Out,
     },
-    /// Removes the limit of a key (`*`: the default); its entries then run
-    /// under the default, if any.
+    /// Removes the limit of a key (`*`: the default).
+    ///
+    /// Its entries then run under the default, if any. Removing a limit
+    /// that is not there changes nothing (`changed: 0`, exit 0).
     #[command(name = "remove-limit")]
     RemoveLimit {
         queue: String,
