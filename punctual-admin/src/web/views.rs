@@ -540,7 +540,7 @@ fn limits_table(ctx: &Ctx, label: &str, limits: &Limits, back: &str) -> Markup {
                 " "
                 label { "Rate " input type="number" name="rate_max" min="0" max="4294967295" placeholder="max" size="6"; }
                 " "
-                label { "per " input type="text" name="rate_per" placeholder="1m, 30s, 500ms" size="8" pattern="([0-9]+(ms|s|m|h|d))+"; }
+                label { "per " input type="text" name="rate_per" placeholder="1m, 30s, 500ms" size="12" pattern="([0-9]+(ms|s|m|h|d))+"; }
                 " "
                 button.primary type="submit" data-action="set-limit" { "Set limit" }
                 p.muted.hint {
