@@ -9,7 +9,8 @@ use serde::de::DeserializeOwned;
 
 use super::store::Sealed;
 use super::{
-    Cursor, EntryInfo, EntryState, InsertOptions, JobResult, KeyLimit, Page, ScheduleInfo,
+    Cursor, EntryInfo, EntryState, InsertOptions, JobResult, KeyLimit, Minute, Page, ScheduleInfo,
+    WorkerInfo,
 };
 use crate::MissedTicks;
 
@@ -263,6 +264,33 @@ pub trait Durable: Sealed<Value = <Self as Durable>::Item> + Clone + Send + Sync
     /// Cancels entry `id`, stopping its run if one holds it; whether there
     /// was such an entry.
     fn cancel(&self, id: &str) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// The live workers of the queue.
+    fn workers(&self) -> impl Future<Output = Result<Vec<WorkerInfo>, Self::Error>> + Send;
+
+    /// What happened minute by minute since `since` (within a day).
+    fn history(
+        &self,
+        since: SystemTime,
+    ) -> impl Future<Output = Result<Vec<Minute>, Self::Error>> + Send;
+
+    /// How long the oldest due entry has waited.
+    fn latency(&self) -> impl Future<Output = Result<Option<Duration>, Self::Error>> + Send;
+
+    /// Pauses schedule `name`; whether it changed.
+    fn pause_schedule(&self, name: &str) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// Resumes schedule `name`; whether it changed.
+    fn resume_schedule(&self, name: &str)
+    -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// One page of the entries in `state`, newest first, after `cursor`.
+    fn entries_newest(
+        &self,
+        state: EntryState,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Page<Self::Item>, Self::Error>> + Send;
 }
 
 /// Implements [`Durable`] for a store's queue by its inherent methods of
@@ -512,6 +540,53 @@ macro_rules! durable_by_inherent_methods {
                 id: &str,
             ) -> impl ::std::future::Future<Output = Result<bool, Error>> + Send {
                 $queue::cancel(self, id)
+            }
+
+            fn workers(
+                &self,
+            ) -> impl ::std::future::Future<
+                Output = Result<Vec<$crate::durable::WorkerInfo>, Error>,
+            > + Send {
+                $queue::workers(self)
+            }
+
+            fn history(
+                &self,
+                since: ::std::time::SystemTime,
+            ) -> impl ::std::future::Future<Output = Result<Vec<$crate::durable::Minute>, Error>>
+            + Send {
+                $queue::history(self, since)
+            }
+
+            fn latency(
+                &self,
+            ) -> impl ::std::future::Future<Output = Result<Option<::std::time::Duration>, Error>>
+            + Send {
+                $queue::latency(self)
+            }
+
+            fn pause_schedule(
+                &self,
+                name: &str,
+            ) -> impl ::std::future::Future<Output = Result<bool, Error>> + Send {
+                $queue::pause_schedule(self, name)
+            }
+
+            fn resume_schedule(
+                &self,
+                name: &str,
+            ) -> impl ::std::future::Future<Output = Result<bool, Error>> + Send {
+                $queue::resume_schedule(self, name)
+            }
+
+            fn entries_newest(
+                &self,
+                state: $crate::durable::EntryState,
+                cursor: Option<&$crate::durable::Cursor>,
+                limit: usize,
+            ) -> impl ::std::future::Future<Output = Result<$crate::durable::Page<T>, Error>> + Send
+            {
+                $queue::entries_newest(self, state, cursor, limit)
             }
         }
     };

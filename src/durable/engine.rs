@@ -83,6 +83,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::backoff::Backoff;
+use super::health::Record;
 use super::job::Job;
 use super::store::{Applied, Batch, Ending, Finish, MAX_CLAIM, RunMetric, Sealed, Taken};
 use super::take::Abandon;
@@ -139,6 +140,8 @@ struct Run<L> {
     /// Until when its lease is surely held (also read by its task).
     fence: Arc<Fence>,
     started: Instant,
+    /// When its delivery began (its claim), by the store's clock, in ms.
+    claimed: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -162,6 +165,8 @@ struct Prefetched<T, L> {
     seq: u64,
     taken: Taken<T, L>,
     valid_until: Instant,
+    /// When its claim ran, by the store's clock, in ms.
+    claimed: u64,
 }
 
 type Request<Q> = Pin<Box<dyn Future<Output = Reply<Q>> + Send>>;
@@ -189,6 +194,10 @@ enum Reply<Q: Sealed> {
 pub(super) struct Engine<Q: Durable, H, Fut> {
     queue: Q,
     name: String,
+    /// This worker's id (what its leases and record name) and what its
+    /// record says of it besides its runs.
+    worker: Arc<str>,
+    record: Record,
     /// The store's name, for metrics.
     store: &'static str,
     handler: Arc<H>,
@@ -266,12 +275,27 @@ where
         concurrency: usize,
         backoff: Backoff,
         timeout: Option<Duration>,
+        label: Option<String>,
         counters: Arc<Counters>,
         stopped: watch::Receiver<Option<Duration>>,
         answer: watch::Sender<bool>,
     ) -> Self {
         let apart = queue.finishes_apart();
+        let worker = super::store::new_token();
+        let lease = queue.lease_duration();
+        let record = Record {
+            id: worker.to_string(),
+            name: label,
+            host: super::health::host_name(),
+            pid: std::process::id(),
+            concurrency,
+            every_ms: crate::durable::ops::millis(beat_every(lease)).max(1),
+            running: Vec::new(),
+            stopping: false,
+        };
         Engine {
+            worker,
+            record,
             name: queue.queue_name().to_owned(),
             store: queue.store_kind(),
             lease: queue.lease_duration(),
@@ -312,13 +336,11 @@ where
     }
 
     pub(super) async fn run(mut self) {
-        let beat = (self.lease / 3).max(Duration::from_millis(1));
-        let mut next_beat = deadline_after(Instant::now(), beat);
+        let beat = beat_every(self.lease);
+        // The first beat registers the worker at once.
+        let mut next_beat = Instant::now();
         loop {
             let now = Instant::now();
-            if self.runs.is_empty() && self.prefetched.is_empty() {
-                next_beat = deadline_after(now, beat);
-            }
             self.start_prefetched(now);
             self.send_requests(now);
             let free = self.concurrency.saturating_sub(self.runs.len());
@@ -387,7 +409,7 @@ where
                     self.extension = None;
                     self.extended(result, holders, sent_at);
                 }
-                _ = tokio::time::sleep_until(next_beat), if self.extension.is_none() && !(self.runs.is_empty() && self.prefetched.is_empty()) => {
+                _ = tokio::time::sleep_until(next_beat), if self.extension.is_none() => {
                     next_beat = deadline_after(Instant::now(), beat);
                     self.heartbeat();
                 }
@@ -416,6 +438,8 @@ where
                             let grace = self.stopped.borrow().unwrap_or(Duration::ZERO);
                             self.stopping = Some(deadline_after(Instant::now(), grace));
                             self.give_back_prefetched();
+                            // Its record says so at once.
+                            next_beat = Instant::now();
                         }
                         Err(_) => self.detached = true,
                     }
@@ -440,6 +464,7 @@ where
             let flush = self.queue.finish(&[]);
             let _ = tokio::time::timeout(STOP_WAIT, flush).await;
         }
+        let _ = tokio::time::timeout(STOP_WAIT, self.queue.leave(&self.worker)).await;
     }
 
     /// Starts prefetched entries while places are free. One whose lease may
@@ -468,7 +493,7 @@ where
                 continue;
             }
             let entry = self.prefetched.remove(at).expect("looked at");
-            self.start(entry.taken, entry.valid_until);
+            self.start(entry.taken, entry.valid_until, entry.claimed);
         }
     }
 
@@ -539,14 +564,15 @@ where
             self.claim_carries = !sent.is_empty();
             let queue = self.queue.clone();
             let bound = self.queue.give_up_claim_after();
+            let worker = Arc::clone(&self.worker);
             self.requests.push(Box::pin(async move {
                 let sent_at = Instant::now();
                 // Dropped unanswered (the engine stopped waiting for it, or
                 // `bound` passed), the claim is given up: its leases go back
                 // with the handle's next request.
                 let mut pending = Abandon(&queue, attempt);
-                let Some(result) = within(bound, queue.claim(&mut pending.1, room, &sent)).await
-                else {
+                let claim = queue.claim_for(&mut pending.1, room, &sent, &worker);
+                let Some(result) = within(bound, claim).await else {
                     drop(pending);
                     return Reply::GaveUp { sent };
                 };
@@ -621,6 +647,12 @@ where
                                 seq: self.next_seq,
                                 taken,
                                 valid_until,
+                                claimed: crate::durable::ops::millis(
+                                    batch
+                                        .now
+                                        .duration_since(std::time::UNIX_EPOCH)
+                                        .unwrap_or_default(),
+                                ),
                             });
                         }
                         if self.stopping.is_some() {
@@ -685,7 +717,7 @@ where
     }
 
     /// Spawns the handler for `taken`.
-    fn start(&mut self, taken: Taken<Value<Q>, Lease<Q>>, valid_until: Instant) {
+    fn start(&mut self, taken: Taken<Value<Q>, Lease<Q>>, valid_until: Instant, claimed: u64) {
         let Taken {
             id,
             value,
@@ -747,6 +779,7 @@ where
                 state: RunState::Running,
                 fence,
                 started: Instant::now(),
+                claimed,
             },
         );
     }
@@ -1039,6 +1072,14 @@ where
         sent.append(&mut self.finished);
         self.finished = sent;
     }
+}
+
+/// How often a worker beats: extends its leases and refreshes its record
+/// (a third of the lease, at most 5 s).
+fn beat_every(lease: Duration) -> Duration {
+    (lease / 3)
+        .min(Duration::from_secs(5))
+        .max(Duration::from_millis(1))
 }
 
 /// Capped back-off between failed requests: 10 ms, 20 ms, ... up to 1 s.

@@ -101,6 +101,13 @@ pub struct EntryInfo<T> {
     pub key: Option<String>,
     /// Its priority (higher first among due entries; 0 by default).
     pub priority: i16,
+    /// `Leased`: when this delivery began (its claim), by the store's clock.
+    pub started_at: Option<SystemTime>,
+    /// `Leased`: the id of the worker that holds it
+    /// ([`WorkerInfo::id`](super::WorkerInfo::id)), where a worker took it.
+    pub worker: Option<String>,
+    /// Its last failed attempts (at most 10), oldest first.
+    pub errors: Vec<super::AttemptError>,
 }
 
 /// One page of `entries()`: the entries, and where the next page starts
@@ -159,6 +166,8 @@ pub(crate) struct At {
     pub(crate) score: u64,
     pub(crate) tie: String,
     queue: String,
+    /// Made by `entries_newest` (walks its state's order backwards).
+    newest: bool,
 }
 
 /// `bytes` as lower-case hex.
@@ -190,9 +199,23 @@ impl At {
     /// A cursor after (`score`, `tie`) in `state` of the queue whose
     /// identity is `queue`.
     pub(crate) fn cursor(queue: &str, state: EntryState, score: u64, tie: &str) -> Cursor {
+        Self::cursor_to(queue, state, false, score, tie)
+    }
+
+    /// As [`cursor`](Self::cursor), for a walk newest first.
+    pub(crate) fn cursor_newest(queue: &str, state: EntryState, score: u64, tie: &str) -> Cursor {
+        Self::cursor_to(queue, state, true, score, tie)
+    }
+
+    fn cursor_to(queue: &str, state: EntryState, newest: bool, score: u64, tie: &str) -> Cursor {
+        // Newest first: the state's code in upper case.
+        let code = if newest {
+            state.code().to_ascii_uppercase()
+        } else {
+            state.code()
+        };
         Cursor(format!(
-            "2{}.{score}.{}.{}",
-            state.code(),
+            "2{code}.{score}.{}.{}",
             hex(tie.as_bytes()),
             hex(queue.as_bytes())
         ))
@@ -202,10 +225,9 @@ impl At {
         let bad = || InvalidCursor(format!("{s:?} is not a cursor"));
         let mut parts = s.split('.');
         let head = parts.next().ok_or_else(bad)?;
-        let state = head
-            .strip_prefix('2')
-            .and_then(EntryState::of_code)
-            .ok_or_else(bad)?;
+        let code = head.strip_prefix('2').ok_or_else(bad)?;
+        let newest = code.chars().all(|c| c.is_ascii_uppercase());
+        let state = EntryState::of_code(&code.to_ascii_lowercase()).ok_or_else(bad)?;
         let score = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
         let tie = parts.next().and_then(unhex).ok_or_else(bad)?;
         let queue = parts.next().and_then(unhex).ok_or_else(bad)?;
@@ -217,6 +239,7 @@ impl At {
             score,
             tie: String::from_utf8(tie).map_err(|_| bad())?,
             queue: String::from_utf8(queue).map_err(|_| bad())?,
+            newest,
         })
     }
 
@@ -231,7 +254,26 @@ impl At {
     /// What `cursor` says, if it is one of `state` of the queue whose
     /// identity is `queue`; else why not.
     pub(crate) fn of(cursor: &Cursor, queue: &str, state: EntryState) -> Result<At, String> {
+        Self::of_to(cursor, queue, state, false)
+    }
+
+    /// As [`of`](Self::of), for a walk newest first.
+    pub(crate) fn of_newest(cursor: &Cursor, queue: &str, state: EntryState) -> Result<At, String> {
+        Self::of_to(cursor, queue, state, true)
+    }
+
+    fn of_to(cursor: &Cursor, queue: &str, state: EntryState, newest: bool) -> Result<At, String> {
         let at = At::parse(&cursor.0).map_err(|e| e.0)?;
+        if at.newest != newest {
+            let (made, used) = if at.newest {
+                ("entries_newest", "entries")
+            } else {
+                ("entries", "entries_newest")
+            };
+            return Err(format!(
+                "cursor {cursor} walks the pages of `{made}`, not of `{used}`"
+            ));
+        }
         if at.queue != queue {
             return Err(format!("cursor {cursor} is another queue's"));
         }
@@ -287,6 +329,9 @@ impl Row {
             id: self.id,
             key: self.key,
             priority: self.priority,
+            started_at: None,
+            worker: None,
+            errors: Vec::new(),
         }
     }
 }

@@ -312,6 +312,166 @@ macro_rules! jobs_front {
                 }
                 self.cancel_entry(id).await
             }
+
+            /// The live workers of the queue: each one's id, name, host,
+            /// process, places, the runs it had under way and when each
+            /// began, as of its last refresh (its heartbeats refresh it, at
+            /// least every `min(lease / 3, 5 s)`); a worker not heard from for
+            /// three of those periods, or shut down, is not listed. One round
+            /// trip.
+            ///
+            /// # Errors
+            ///
+            /// The store's own error if it cannot be reached.
+            ///
+            /// # Examples
+            ///
+            #[doc = concat!("```", $attr)]
+            #[doc = $open]
+            /// for worker in queue.workers().await? {
+            ///     println!("{} on {} ({} running)", worker.id, worker.host, worker.running.len());
+            /// }
+            /// # Ok(()) }
+            /// ```
+            pub async fn workers(&self) -> Result<Vec<$crate::durable::WorkerInfo>, Error> {
+                self.read_workers().await
+            }
+
+            /// What happened minute by minute since `since` (within the last
+            /// 24 hours, by the store's clock): entries inserted, acked,
+            /// failed attempts and deaths, oldest first; minutes with no event
+            /// are left out. Counted in the same steps as the events
+            /// themselves; one round trip.
+            ///
+            /// # Errors
+            ///
+            /// The store's own error if it cannot be reached.
+            ///
+            /// # Examples
+            ///
+            #[doc = concat!("```", $attr)]
+            /// use std::time::{Duration, SystemTime};
+            #[doc = $open]
+            /// let hour_ago = queue.now().await? - Duration::from_secs(3600);
+            /// let failed: u64 = queue.history(hour_ago).await?.iter().map(|m| m.failed).sum();
+            /// println!("{failed} failed attempts in the last hour");
+            /// # let _ = SystemTime::UNIX_EPOCH;
+            /// # Ok(()) }
+            /// ```
+            pub async fn history(
+                &self,
+                since: ::std::time::SystemTime,
+            ) -> Result<Vec<$crate::durable::Minute>, Error> {
+                let since = since
+                    .duration_since(::std::time::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                self.read_history(since).await
+            }
+
+            /// How long the oldest due entry (not leased) has waited: now minus
+            /// its due time, by the store's clock; `None` when nothing is due.
+            /// One round trip, O(log n).
+            ///
+            /// # Errors
+            ///
+            /// The store's own error if it cannot be reached.
+            ///
+            /// # Examples
+            ///
+            #[doc = concat!("```", $attr)]
+            /// use std::time::Duration;
+            #[doc = $open]
+            /// if queue.latency().await?.is_some_and(|late| late > Duration::from_secs(60)) {
+            ///     println!("jobs wait more than a minute: add workers");
+            /// }
+            /// # Ok(()) }
+            /// ```
+            pub async fn latency(&self) -> Result<Option<::std::time::Duration>, Error> {
+                self.read_latency().await
+            }
+
+            /// Pauses schedule `name`: its tick stays pending and is not
+            /// delivered (a tick running now runs to its end) until
+            /// [`resume_schedule`](Self::resume_schedule); `run_now` runs
+            /// one tick of it meanwhile. `true` if it changed; `false` if it
+            /// was paused already or there is no such schedule.
+            ///
+            /// # Errors
+            ///
+            /// `InvalidId` for a name the id rules refuse; the store's own
+            /// error if it cannot be reached.
+            ///
+            /// # Examples
+            ///
+            #[doc = concat!("```", $attr)]
+            /// use punctual::MissedTicks;
+            /// use std::time::Duration;
+            #[doc = $open]
+            /// queue.schedule_every("sweep", Duration::from_secs(60), MissedTicks::Skip, &"sweep".into()).await?;
+            /// assert!(queue.pause_schedule("sweep").await?);
+            /// assert!(queue.schedules().await?[0].paused);
+            /// assert!(queue.resume_schedule("sweep").await?);
+            /// # Ok(()) }
+            /// ```
+            pub async fn pause_schedule(&self, name: &str) -> Result<bool, Error> {
+                if let Some(why) = $crate::durable::rules::id_problem(name) {
+                    return Err(Error::InvalidId(why));
+                }
+                self.put_schedule_paused(name, true).await
+            }
+
+            /// Resumes schedule `name`: a tick that came due while it was
+            /// paused runs once (late), then the schedule's `MissedTicks`
+            /// rule applies at its ack, as after downtime. `true` if it
+            /// changed.
+            ///
+            /// # Errors
+            ///
+            /// As [`pause_schedule`](Self::pause_schedule).
+            ///
+            /// # Examples
+            ///
+            #[doc = concat!("```", $attr)]
+            #[doc = $open]
+            /// assert!(!queue.resume_schedule("no-such-schedule").await?);
+            /// # Ok(()) }
+            /// ```
+            pub async fn resume_schedule(&self, name: &str) -> Result<bool, Error> {
+                if let Some(why) = $crate::durable::rules::id_problem(name) {
+                    return Err(Error::InvalidId(why));
+                }
+                self.put_schedule_paused(name, false).await
+            }
+
+            /// As `entries`, but walking the state's order backwards: the
+            /// newest first (the dead letters that died last, the entries
+            /// due last). Its cursors walk on backwards (a cursor of
+            /// `entries` is refused here, and the other way round).
+            ///
+            /// # Errors
+            ///
+            /// `InvalidId` for a cursor of another queue, state or
+            /// direction; the store's own error if it cannot be reached.
+            ///
+            /// # Examples
+            ///
+            #[doc = concat!("```", $attr)]
+            /// use punctual::durable::EntryState;
+            #[doc = $open]
+            /// let latest = queue.entries_newest(EntryState::Dead, None, 20).await?;
+            /// for dead in &latest.entries {
+            ///     println!("{} died: {:?}", dead.id, dead.last_error);
+            /// }
+            /// # Ok(()) }
+            /// ```
+            pub async fn entries_newest(
+                &self,
+                state: $crate::durable::EntryState,
+                cursor: Option<&$crate::durable::Cursor>,
+                limit: usize,
+            ) -> Result<$crate::durable::Page<T>, Error> {
+                self.newest_page(state, cursor, limit).await
+            }
         }
     };
 }

@@ -17,6 +17,14 @@ pub struct ScheduleInfo<T> {
     pub next: Option<SystemTime>,
     /// The value each tick carries.
     pub value: T,
+    /// When the run of its last finished tick began, by the store's clock
+    /// (`None` before any finished).
+    pub last_run: Option<SystemTime>,
+    /// How its last finished tick ended (`Done`, `Dead`, `Cancelled`).
+    pub last_outcome: Option<super::Finished>,
+    /// Paused with `pause_schedule`: its tick stays pending and is not
+    /// delivered until `resume_schedule`.
+    pub paused: bool,
 }
 
 /// How a `schedule_every` spec reads: the largest of `h`, `m`, `s`, `ms`

@@ -214,6 +214,46 @@ pub trait Sealed {
     fn cancels(&self) -> Option<watch::Receiver<u64>> {
         None
     }
+
+    /// A worker's heartbeat: extends `leases` as `extend_marked` does and
+    /// refreshes the worker's `record` (JSON, see `health::Record`) in the
+    /// same request; with no leases, the record alone.
+    fn beat(
+        &self,
+        leases: &[Self::Lease],
+        lease: Duration,
+        record: &str,
+    ) -> impl Future<Output = Result<Vec<Extended>, Self::Failure>> + Send
+    where
+        Self: Sync,
+    {
+        let _ = record;
+        async move {
+            if leases.is_empty() {
+                return Ok(Vec::new());
+            }
+            self.extend_marked(leases, lease).await
+        }
+    }
+
+    /// Worker `worker` shut down: its record goes.
+    fn leave(&self, worker: &str) -> impl Future<Output = Result<(), Self::Failure>> + Send {
+        let _ = worker;
+        async { Ok(()) }
+    }
+
+    /// `claim`, on behalf of worker `worker` (whom the leases it grants
+    /// name, where the store keeps that).
+    fn claim_for(
+        &self,
+        attempt: &mut Self::Attempt,
+        max: usize,
+        finished: &[Finish<Self::Lease>],
+        worker: &str,
+    ) -> impl Future<Output = Result<Batch<Self::Value, Self::Lease>, Self::Failure>> + Send {
+        let _ = worker;
+        self.claim(attempt, max, finished)
+    }
 }
 
 /// What an extension found of one lease.

@@ -142,6 +142,7 @@ impl Worker {
             concurrency: 16,
             backoff: Backoff::default(),
             timeout: None,
+            name: None,
         }
     }
 
@@ -204,6 +205,7 @@ pub struct WorkerBuilder<Q> {
     concurrency: usize,
     backoff: Backoff,
     timeout: Option<Duration>,
+    name: Option<String>,
 }
 
 impl<Q: fmt::Debug> fmt::Debug for WorkerBuilder<Q> {
@@ -213,6 +215,7 @@ impl<Q: fmt::Debug> fmt::Debug for WorkerBuilder<Q> {
             .field("concurrency", &self.concurrency)
             .field("backoff", &self.backoff)
             .field("timeout", &self.timeout)
+            .field("name", &self.name)
             .finish()
     }
 }
@@ -245,6 +248,33 @@ impl<Q: Durable> WorkerBuilder<Q> {
         self
     }
 
+    /// A label for the worker, shown by the queue's `workers()` (and the
+    /// dashboard) beside its host and process id; default none.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::durable::Worker;
+    /// use punctual::memory::MemoryQueue;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), punctual::memory::Error> {
+    /// let mail: MemoryQueue<String> = MemoryQueue::new("mail");
+    /// let worker = Worker::builder(mail.clone())
+    ///     .name("mailer")
+    ///     .spawn(|_job| async { Ok::<(), String>(()) });
+    /// tokio::time::sleep(Duration::from_millis(10)).await;
+    /// let workers = mail.workers().await?;
+    /// assert_eq!(workers[0].name.as_deref(), Some("mailer"));
+    /// # worker.shutdown(Duration::ZERO).await;
+    /// # Ok(()) }
+    /// ```
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = Some(name.to_owned());
+        self
+    }
+
     /// Starts the worker on the current Tokio runtime, running `handler`
     /// for each due entry.
     ///
@@ -272,6 +302,7 @@ impl<Q: Durable> WorkerBuilder<Q> {
             self.concurrency,
             self.backoff,
             self.timeout,
+            self.name,
             Arc::clone(&counters),
             stopped,
             answer,

@@ -1,6 +1,7 @@
 //! `MemoryQueue` as a durable queue: the worker's seam, each call one step
 //! on the queue's state.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -68,8 +69,73 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for MemoryQ
         max: usize,
         finished: &[Finish<Held>],
     ) -> Result<Batch<T, Held>, Error> {
+        Ok(self.claim_as(max, finished, None))
+    }
+
+    async fn claim_for(
+        &self,
+        _attempt: &mut (),
+        max: usize,
+        finished: &[Finish<Held>],
+        worker: &str,
+    ) -> Result<Batch<T, Held>, Error> {
+        Ok(self.claim_as(max, finished, Some(&Arc::from(worker))))
+    }
+
+    async fn finish(&self, finished: &[Finish<Held>]) -> Result<Vec<Applied>, Error> {
         let ops: Vec<Op> = finished.iter().map(Op::of).collect();
-        let (claim, token) = self.inner().claim(max, self.lease, self.rules, &ops);
+        Ok(self.inner().finish(&ops, self.rules))
+    }
+
+    async fn extend(&self, leases: &[Held], lease: Duration) -> Result<Vec<bool>, Error> {
+        let held: Vec<&Held> = leases.iter().collect();
+        let ends = self.inner().extend(&held, lease);
+        Ok(ends.into_iter().map(|end| end.is_some()).collect())
+    }
+
+    async fn extend_marked(
+        &self,
+        leases: &[Held],
+        lease: Duration,
+    ) -> Result<Vec<Extended>, Error> {
+        Ok(self.inner().extend_marked(leases, lease))
+    }
+
+    fn cancels(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.inner().cancels.subscribe())
+    }
+
+    async fn beat(
+        &self,
+        leases: &[Held],
+        lease: Duration,
+        record: &str,
+    ) -> Result<Vec<Extended>, Error> {
+        self.inner().write(|state, now, _| state.beat(record, now));
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self.inner().extend_marked(leases, lease))
+    }
+
+    async fn leave(&self, worker: &str) -> Result<(), Error> {
+        self.inner().write(|state, _, _| state.leave(worker));
+        Ok(())
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
+    /// One claim's step, on behalf of `worker` where a worker claims.
+    fn claim_as(
+        &self,
+        max: usize,
+        finished: &[Finish<Held>],
+        worker: Option<&Arc<str>>,
+    ) -> Batch<T, Held> {
+        let ops: Vec<Op> = finished.iter().map(Op::of).collect();
+        let (claim, token) = self
+            .inner()
+            .claim(max, self.lease, self.rules, &ops, worker);
         let mut taken = Vec::with_capacity(claim.items.len());
         let mut refused = Vec::new();
         for item in claim.items {
@@ -109,29 +175,6 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for MemoryQ
             now: system_time(claim.now),
         };
         record_delivered(self, &batch);
-        Ok(batch)
-    }
-
-    async fn finish(&self, finished: &[Finish<Held>]) -> Result<Vec<Applied>, Error> {
-        let ops: Vec<Op> = finished.iter().map(Op::of).collect();
-        Ok(self.inner().finish(&ops, self.rules))
-    }
-
-    async fn extend(&self, leases: &[Held], lease: Duration) -> Result<Vec<bool>, Error> {
-        let held: Vec<&Held> = leases.iter().collect();
-        let ends = self.inner().extend(&held, lease);
-        Ok(ends.into_iter().map(|end| end.is_some()).collect())
-    }
-
-    async fn extend_marked(
-        &self,
-        leases: &[Held],
-        lease: Duration,
-    ) -> Result<Vec<Extended>, Error> {
-        Ok(self.inner().extend_marked(leases, lease))
-    }
-
-    fn cancels(&self) -> Option<watch::Receiver<u64>> {
-        Some(self.inner().cancels.subscribe())
+        batch
     }
 }

@@ -102,6 +102,7 @@ impl Inner {
         lease: Duration,
         rules: Rules,
         ops: &[Op],
+        worker: Option<&Arc<str>>,
     ) -> (Claim, Arc<str>) {
         let token = crate::durable::store::new_token();
         let lease = millis(lease).max(1);
@@ -111,7 +112,7 @@ impl Inner {
                 .iter()
                 .map(|op| apply(state, op, now, rules, moved))
                 .collect();
-            let claimed = state.claim(now, max, lease, rules, &token, moved);
+            let claimed = state.claim(now, max, lease, rules, &token, worker, moved);
             // Not the head when it is due: due entries the claim left wait
             // on their keys' limits (a place that frees announces itself),
             // or on `resume` while paused (no wake then, as on the other

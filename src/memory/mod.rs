@@ -66,6 +66,7 @@ mod clock;
 mod delivery;
 mod durable;
 mod error;
+mod health;
 mod inner;
 mod kept;
 mod operations;

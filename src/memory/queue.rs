@@ -15,6 +15,7 @@ use super::clock::{ms_of, system_time};
 use super::delivery::Delivery;
 use super::error::{Error, check_id};
 use super::inner::Inner;
+use super::operations::Seen;
 use super::state::Rules;
 use super::{DeadLetter, MemoryStats};
 use crate::MissedTicks;
@@ -540,6 +541,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
                         spec: spec_of(&schedule.rec),
                         next: state.next_of(name).map(system_time),
                         value: serde_json::from_str(&schedule.value).ok()?,
+                        last_run: schedule.last_run.map(system_time),
+                        last_outcome: schedule.last_outcome,
+                        paused: schedule.paused,
                     })
                 })
                 .collect()
@@ -588,10 +592,27 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
         cursor: Option<&Cursor>,
         limit: usize,
     ) -> Result<Page<T>, Error> {
+        self.page_of(state, cursor, limit, false)
+    }
+
+    /// One page of `state`'s entries, in its order or (`newest`) backwards.
+    pub(crate) fn page_of(
+        &self,
+        state: EntryState,
+        cursor: Option<&Cursor>,
+        limit: usize,
+        newest: bool,
+    ) -> Result<Page<T>, Error> {
+        let identity = &self.inner.identity;
         let after = match cursor {
             None => None,
             Some(cursor) => {
-                let at = At::of(cursor, &self.inner.identity, state).map_err(Error::InvalidId)?;
+                let at = if newest {
+                    At::of_newest(cursor, identity, state)
+                } else {
+                    At::of(cursor, identity, state)
+                }
+                .map_err(Error::InvalidId)?;
                 let seq = at.tie.parse().map_err(|_| {
                     Error::InvalidId(format!("cursor {cursor} is not a memory queue's"))
                 })?;
@@ -607,17 +628,17 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
         let limit = limit.min(MAX_PAGE);
         let (seen, more) = self
             .inner
-            .read(|state_, now| state_.page(state, after, limit, now));
+            .read(|state_, now| state_.page(state, after, newest, limit, now));
         let next = seen.last().filter(|_| more).map(|last| {
-            At::cursor(
-                &self.inner.identity,
-                state,
-                last.key.0,
-                &last.key.1.to_string(),
-            )
+            let (score, tie) = (last.key.0, last.key.1.to_string());
+            if newest {
+                At::cursor_newest(identity, state, score, &tie)
+            } else {
+                At::cursor(identity, state, score, &tie)
+            }
         });
         Ok(Page {
-            entries: seen.into_iter().map(|seen| seen.row.info()).collect(),
+            entries: seen.into_iter().map(Seen::info).collect(),
             next,
         })
     }
@@ -632,7 +653,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> MemoryQueue<T> {
         Ok(self
             .inner
             .read(|state, now| state.entry(id, now))
-            .map(|seen| seen.row.info()))
+            .map(Seen::info))
     }
 
     /// Every dead letter back as pending, due `delay` from now, attempts

@@ -63,6 +63,14 @@ pub(crate) struct Entry {
     pub(crate) unique: Option<u64>,
     /// The inserting span's trace context.
     pub(crate) trace: Option<Arc<str>>,
+    /// The worker whose claim holds its lease (while leased).
+    pub(crate) worker: Option<Arc<str>>,
+    /// Its last failed attempts (attempt, when, why), oldest first.
+    pub(crate) errors: std::collections::VecDeque<(u32, u64, String)>,
+    /// A dead tick: its schedule's name.
+    pub(crate) schedule_of: Option<String>,
+    /// A tick of a paused schedule that `run_now` made due: ready anyway.
+    pub(crate) forced: bool,
     /// In the claim index (see `ready.rs`).
     pub(crate) ready: bool,
     /// Holds a place of its key (leased, its lease not yet seen to run
@@ -88,6 +96,10 @@ impl Entry {
             limit: None,
             unique: None,
             trace: None,
+            worker: None,
+            errors: std::collections::VecDeque::new(),
+            schedule_of: None,
+            forced: false,
             ready: false,
             held: false,
         }
@@ -99,6 +111,11 @@ impl Entry {
 pub(crate) struct Schedule {
     pub(crate) rec: Rec,
     pub(crate) value: Arc<str>,
+    /// Paused: its tick is not delivered (unless `run_now` forced it).
+    pub(crate) paused: bool,
+    /// When its last finished tick's run began, and how it ended.
+    pub(crate) last_run: Option<u64>,
+    pub(crate) last_outcome: Option<Finished>,
 }
 
 /// One entry leased by a claim.
@@ -166,7 +183,7 @@ pub(crate) struct Moved {
 }
 
 impl Moved {
-    fn merge(&mut self, other: Moved) {
+    pub(super) fn merge(&mut self, other: Moved) {
         self.announce |= other.announce;
     }
 }
@@ -205,6 +222,10 @@ pub(crate) struct State {
     unique_until: BTreeSet<(u64, String)>,
     /// Results, cancel marks, and the ids that finished in this step.
     pub(crate) results: Results,
+    /// Per-minute counts of the last 24 hours, by minute.
+    pub(crate) minutes: BTreeMap<u64, super::health::Counted>,
+    /// Worker records: the record, when first and last heard of (ms).
+    pub(crate) workers: HashMap<String, (crate::durable::health::Record, u64, u64)>,
 }
 
 /// What a handle's settings say about deaths: after `limit` deliveries
@@ -247,8 +268,9 @@ impl State {
 
     /// Puts entry `id` in the claim index.
     fn make_ready(&mut self, id: &str) {
+        let paused = self.schedules.get(id).is_some_and(|s| s.paused);
         let e = self.entries.get_mut(id).expect("a live entry");
-        if e.ready || e.held || e.dead {
+        if e.ready || e.held || e.dead || (paused && e.tick.is_some() && !e.forced) {
             return;
         }
         e.ready = true;
@@ -269,6 +291,18 @@ impl State {
         if let Some(group) = &e.group {
             self.keys.remove_ready(group);
         }
+    }
+
+    /// A paused schedule's tick leaves the claim index.
+    pub(super) fn unready_tick(&mut self, name: &str) {
+        self.unready(name);
+    }
+
+    /// A resumed schedule's tick may be claimed again (announced: it may be
+    /// due).
+    pub(super) fn ready_tick(&mut self, name: &str) -> Moved {
+        self.make_ready(name);
+        Moved { announce: true }
     }
 
     /// Entry `id` holds a place of its key (it was just leased).
@@ -360,6 +394,7 @@ impl State {
                 e.reason = None;
                 Self::apply_plan(e, plan);
                 moved.merge(self.place(id, at));
+                self.count(now, |m| m.inserted += 1);
                 return Some(id.to_owned());
             }
             Some(id) if self.unique_open(id, now) => return None,
@@ -379,6 +414,7 @@ impl State {
         self.entries.insert(id.clone(), e);
         self.order.insert((at, seq), id.clone());
         self.make_ready(&id);
+        self.count(now, |m| m.inserted += 1);
         Some(id)
     }
 
@@ -421,6 +457,7 @@ impl State {
         let e = self.entries.get_mut(id).expect("a live entry");
         e.token = None;
         e.since = None;
+        e.worker = None;
         self.set_place(id, (at, seq));
         self.make_ready(id);
         moved
@@ -518,6 +555,7 @@ impl State {
     /// ties), one entry of each key before a second of any, leaving out
     /// the keys at their limits. An entry past its limit of deliveries (its
     /// own, else the rules'; 0: none) goes to the dead letters instead.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn claim(
         &mut self,
         now: u64,
@@ -525,6 +563,7 @@ impl State {
         lease: u64,
         rules: Rules,
         token: &Arc<str>,
+        worker: Option<&Arc<str>>,
         moved: &mut Moved,
     ) -> Claimed {
         self.reap(now);
@@ -577,6 +616,7 @@ impl State {
             }
             e.token = Some(Arc::clone(token));
             e.since = Some(now);
+            e.worker = worker.cloned();
             let (attempt, deadline) = (e.attempt, e.deadline.unwrap_or(place.0));
             let (priority, group, trace) = (e.priority, e.group.clone(), e.trace.clone());
             let value = match &e.value {
@@ -658,6 +698,14 @@ impl State {
         }
         let e = self.entries.get_mut(id).expect("held");
         let limit = e.limit.unwrap_or(rules.limit);
+        // A failed attempt (a `Fail` or a `Discard`) is counted and kept.
+        let failed = matches!(end, End::Fail | End::Discard);
+        if failed {
+            if e.errors.len() >= crate::durable::health::ERRORS_KEPT {
+                e.errors.pop_front();
+            }
+            e.errors.push_back((e.attempt, now, reason.to_owned()));
+        }
         let (end, done) = match end {
             End::Fail if limit > 0 && e.attempt >= limit => (End::Discard, Done::Dead),
             End::Fail => (End::Retry, Done::Applied),
@@ -672,6 +720,10 @@ impl State {
             End::Discard => (End::Discard, Done::Dead),
             other => (other, Done::Applied),
         };
+        if failed {
+            self.count(now, |m| m.failed += 1);
+        }
+        let e = self.entries.get_mut(id).expect("held");
         match end {
             End::Retry => {
                 if !reason.is_empty() {
@@ -688,6 +740,7 @@ impl State {
                 let seq = e.key.1;
                 e.token = None;
                 e.since = None;
+                e.worker = None;
                 moved.merge(self.ahead(at));
                 moved.merge(self.unhold(id));
                 self.set_place(id, (at, seq));
@@ -705,6 +758,12 @@ impl State {
                     self.bury(id, reason.to_owned(), now, rules, moved);
                 } else if let Some((e, freed)) = self.forget(id) {
                     moved.merge(freed);
+                    self.count(now, |m| m.done += 1);
+                    if let Some(schedule) = self.schedules.get_mut(id).filter(|_| e.tick.is_some())
+                    {
+                        schedule.last_run = e.since.or(schedule.last_run);
+                        schedule.last_outcome = Some(Finished::Done);
+                    }
                     if let Some(window) = e.unique {
                         self.keep_taken(id, now.saturating_add(window));
                     }
@@ -779,9 +838,16 @@ impl State {
             reason: Some(reason.clone()),
         };
         self.results.keep(&dead_id, kept, rules.keep, now);
+        if let Some(schedule) = self.schedules.get_mut(id).filter(|_| e.tick.is_some()) {
+            schedule.last_run = e.since.or(schedule.last_run);
+            schedule.last_outcome = Some(Finished::Dead);
+            e.schedule_of = Some(id.to_owned());
+        }
+        self.count(now, |m| m.dead += 1);
         let seq = self.next_seq();
         e.token = None;
         e.since = None;
+        e.worker = None;
         e.tick = None;
         e.dead = true;
         e.reason = Some(reason);
@@ -824,6 +890,8 @@ impl State {
     /// Inserts the tick of schedule `name` due at `at` (attempt 0).
     fn successor(&mut self, name: &str, at: u64) -> Moved {
         let moved = self.ahead(at);
+        let now = self.now;
+        self.count(now, |m| m.inserted += 1);
         let seq = self.next_seq();
         let mut e = Entry::new(None, (at, seq));
         e.tick = Some(at);
@@ -874,6 +942,8 @@ impl State {
         let e = self.entries.get_mut(id).filter(|e| e.dead)?;
         // Its next finish is the one a `wait` waits for.
         self.results.forget(id);
+        e.errors.clear();
+        e.schedule_of = None;
         e.attempt = 0;
         e.tick = None;
         e.deadline = None;
@@ -921,8 +991,19 @@ impl State {
         }
         let changed = old.is_none_or(|s| s.rec != rec);
         let relocate = e.is_none_or(|e| changed && e.token.is_none());
-        self.schedules
-            .insert(name.to_owned(), Schedule { rec, value });
+        let (paused, last_run, last_outcome) = old.map_or((false, None, None), |s| {
+            (s.paused, s.last_run, s.last_outcome)
+        });
+        self.schedules.insert(
+            name.to_owned(),
+            Schedule {
+                rec,
+                value,
+                paused,
+                last_run,
+                last_outcome,
+            },
+        );
         if relocate {
             if let Some((_, freed)) = self.forget(name) {
                 moved.merge(freed);
@@ -991,6 +1072,10 @@ impl State {
         moved.merge(freed);
         if let Some(window) = e.unique {
             self.keep_taken(id, now.saturating_add(window));
+        }
+        if let Some(schedule) = self.schedules.get_mut(id).filter(|_| e.tick.is_some()) {
+            schedule.last_run = e.since.or(schedule.last_run);
+            schedule.last_outcome = Some(Finished::Cancelled);
         }
         let kept = Kept {
             state: Finished::Cancelled,

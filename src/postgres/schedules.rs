@@ -200,6 +200,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 spec: spec_of(&rec),
                 next: next.map(system_time),
                 value,
+                last_run: None,
+                last_outcome: None,
+                paused: false,
             });
         }
         Ok(out)

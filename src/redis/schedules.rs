@@ -247,6 +247,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     value: serde_json::from_slice(&value).ok()?,
                     next: (next >= 0).then(|| system_time(next)),
                     name,
+                    last_run: None,
+                    last_outcome: None,
+                    paused: false,
                 })
             })
             .collect();

@@ -10,6 +10,7 @@ use tokio::task::Id;
 use tokio::time::Instant;
 
 use super::{Engine, RunState, StoreError, within};
+use crate::durable::health::RunRecord;
 use crate::durable::job::Job;
 use crate::durable::store::Extended;
 use crate::durable::{Durable, Outcome};
@@ -61,20 +62,35 @@ where
             holders.push(Holder::Prefetched(entry.seq));
             leases.push(entry.taken.lease.clone());
         }
-        if leases.is_empty() {
-            return;
-        }
+        let record = self.record_now();
         let queue = self.queue.clone();
         let lease = self.lease;
         self.extension = Some(Box::pin(async move {
             let sent_at = Instant::now();
-            let extend = queue.extend_marked(&leases, lease);
+            let extend = queue.beat(&leases, lease, &record);
             (
                 within(queue.give_up_claim_after(), extend).await,
                 holders,
                 sent_at,
             )
         }));
+    }
+
+    /// The worker's record as of now (JSON): its runs, and whether it is
+    /// stopping.
+    fn record_now(&mut self) -> String {
+        self.record.running = self
+            .runs
+            .values()
+            .filter(|run| run.state != RunState::Dropped && run.state != RunState::Cancelled)
+            .map(|run| RunRecord {
+                id: run.id.clone(),
+                attempt: run.attempt,
+                at: run.claimed,
+            })
+            .collect();
+        self.record.stopping = self.stopping.is_some();
+        self.record.to_json()
     }
 
     /// Drops the runs whose lease may have run out by `now` (no extension
