@@ -67,16 +67,22 @@ impl Timeline {
     /// Counts a pending entry (they come in due order); `false` once the
     /// entries are past the hour or enough were read, when reading stops.
     pub(crate) fn add(&mut self, entry: &EntryInfo<Value>) -> bool {
+        self.add_one(entry.due, entry.attempt, entry.schedule.is_some())
+    }
+
+    /// [`add`](Self::add) for an entry due at `due`, with `attempt`
+    /// deliveries behind it, a schedule's tick or not.
+    fn add_one(&mut self, due: SystemTime, attempt: u32, tick: bool) -> bool {
         let end = self.now + Duration::from_secs(60 * MINUTES as u64);
-        if entry.due >= end {
+        if due >= end {
             return false;
         }
-        let ahead = entry.due.duration_since(self.now).unwrap_or_default();
+        let ahead = due.duration_since(self.now).unwrap_or_default();
         let minute = ((ahead.as_secs() / 60) as usize).min(MINUTES - 1);
         let bucket = &mut self.minutes[minute];
-        if entry.schedule.is_some() {
+        if tick {
             bucket.ticks += 1;
-        } else if entry.attempt > 0 {
+        } else if attempt > 0 {
             bucket.retries += 1;
         } else {
             bucket.jobs += 1;
@@ -84,7 +90,7 @@ impl Timeline {
         self.read += 1;
         if self.read >= READ_AT_MOST {
             self.capped = true;
-            self.complete_until = entry.due;
+            self.complete_until = due;
             return false;
         }
         true
@@ -108,33 +114,16 @@ impl Timeline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use punctual::durable::EntryState;
     use std::time::UNIX_EPOCH;
-
-    fn pending(due: SystemTime, attempt: u32, tick: bool) -> EntryInfo<Value> {
-        EntryInfo {
-            id: "x".into(),
-            state: EntryState::Pending,
-            due,
-            lease_until: None,
-            died_at: None,
-            attempt,
-            schedule: tick.then(|| "x".to_owned()),
-            last_error: None,
-            value: None,
-            key: None,
-            priority: 0,
-        }
-    }
 
     #[test]
     fn entries_land_in_their_minute_by_kind() {
         let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
         let mut t = Timeline::new(now, 3);
-        assert!(t.add(&pending(now + Duration::from_secs(10), 0, false)));
-        assert!(t.add(&pending(now + Duration::from_secs(70), 2, false)));
-        assert!(t.add(&pending(now + Duration::from_secs(3599), 0, true)));
-        assert!(!t.add(&pending(now + Duration::from_secs(3600), 0, false)));
+        assert!(t.add_one(now + Duration::from_secs(10), 0, false));
+        assert!(t.add_one(now + Duration::from_secs(70), 2, false));
+        assert!(t.add_one(now + Duration::from_secs(3599), 0, true));
+        assert!(!t.add_one(now + Duration::from_secs(3600), 0, false));
         assert_eq!(t.minutes[0].jobs, 1);
         assert_eq!(t.minutes[1].retries, 1);
         assert_eq!(t.minutes[59].ticks, 1);
@@ -149,7 +138,7 @@ mod tests {
         let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
         let mut t = Timeline::new(now, 0);
         let mut added = 0;
-        while t.add(&pending(now + Duration::from_secs(1), 0, false)) {
+        while t.add_one(now + Duration::from_secs(1), 0, false) {
             added += 1;
         }
         assert_eq!(added + 1, READ_AT_MOST);
