@@ -107,6 +107,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue
                 deadline,
                 lease_until,
                 bury,
+                key,
+                priority,
             } = item;
             match crate::durable::ops::decode::<T>(bury, Some(json.as_bytes())) {
                 Ok(value) => taken.push(Taken {
@@ -116,8 +118,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue
                     attempt,
                     deadline,
                     lease_until,
-                    key: None,
-                    priority: 0,
+                    key,
+                    priority,
                     trace: None,
                     lease: held,
                 }),

@@ -125,6 +125,9 @@ pub(crate) struct Claimed {
     /// Set when the entry must go to the dead letters instead (a cron tick
     /// past its attempts: its successor needs this process's cron instants).
     pub(crate) bury: Option<String>,
+    /// The key whose limits it runs under.
+    pub(crate) key: Option<String>,
+    pub(crate) priority: i16,
 }
 
 /// The answer of a claim.
@@ -402,6 +405,8 @@ fn claimed(row: &PgRow, token: &Arc<str>) -> Result<Vec<Claimed>, Error> {
     let lease_ends: Vec<i64> = row.try_get("lease_ends")?;
     let recs: Vec<Option<String>> = row.try_get("schedule_recs")?;
     let whys: Vec<Option<String>> = row.try_get("whys")?;
+    let keys: Vec<Option<String>> = row.try_get("keys")?;
+    let priorities: Vec<i16> = row.try_get("priorities")?;
     Ok(ids
         .into_iter()
         .zip(values)
@@ -410,21 +415,26 @@ fn claimed(row: &PgRow, token: &Arc<str>) -> Result<Vec<Claimed>, Error> {
         .zip(lease_ends)
         .zip(recs)
         .zip(whys)
+        .zip(keys.into_iter().zip(priorities))
         .map(
-            |((((((id, json), attempt), deadline), lease_end), rec), why)| Claimed {
-                held: Held {
-                    id,
-                    token: Arc::clone(token),
-                    tick: rec.map(|rec| Tick {
-                        rec: Arc::from(rec),
-                        instant: deadline,
-                    }),
-                },
-                json,
-                attempt: u32::try_from(attempt).unwrap_or(0),
-                deadline: system_time(deadline),
-                lease_until: system_time(lease_end),
-                bury: why,
+            |(((((((id, json), attempt), deadline), lease_end), rec), why), (key, priority))| {
+                Claimed {
+                    held: Held {
+                        id,
+                        token: Arc::clone(token),
+                        tick: rec.map(|rec| Tick {
+                            rec: Arc::from(rec),
+                            instant: deadline,
+                        }),
+                    },
+                    json,
+                    attempt: u32::try_from(attempt).unwrap_or(0),
+                    deadline: system_time(deadline),
+                    lease_until: system_time(lease_end),
+                    bury: why,
+                    key,
+                    priority,
+                }
             },
         )
         .collect())

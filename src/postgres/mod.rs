@@ -99,20 +99,83 @@
 //! wait in a backlog, and their lateness is that backlog's: more places
 //! (or more workers) are the remedy.
 //!
+//! # Keys, priorities and unique windows
+//!
+//! What [`InsertOptions`](crate::durable::InsertOptions) and
+//! [`KeyLimit`](crate::durable::KeyLimit) say is decided in the same
+//! statements as everything else (`insert_plans`, `claim`, the finishes),
+//! so every consumer in every process follows it. An entry with a key or
+//! a priority other than 0 is *special*; a queue while none of its due
+//! entries is special claims exactly as before keys existed (one index
+//! probe tells, and the walk of the plain entries in due order follows).
+//! Otherwise the claim (`claim_fair`) visits the priority levels that have
+//! due entries, highest first, and within a level takes one entry of each
+//! key before a second of any (an entry without a key is a key of its own),
+//! skipping the keys their limits refuse. It reads the level's first
+//! `2 * max + 16` due entries, whose first entry of each key gives the
+//! order of its first round; only when one key's backlog fills that window
+//! does it look beyond, by a loose index scan of the queue's keys (one
+//! probe per key, never per entry), and each later round costs one probe
+//! per key that gave an entry. So a key with 10,000 due entries does not
+//! cost a claim 10,000 rows, and a queue of many keys costs a claim one
+//! probe per key only when a few keys' backlogs come first.
+//!
+//! A key's limit (its own row of `key_limits`, else the default's, key
+//! `*`) is checked under a transaction-level advisory lock of the key,
+//! taken with `pg_try_advisory_xact_lock` and held to the commit: the
+//! claim counts the key's entries leased now (lease not run out) and, for
+//! a rate, the starts `key_starts` keeps within the last `per`, then leases
+//! while the counts plus what it took stay below the limit. A claim that
+//! finds the key's lock held by another claim skips the key (and asks
+//! again within 200 ms if it filled nothing): claims never wait on each
+//! other, and no number of them in any number of processes leases past a
+//! limit, since each counts only after the one before it committed. A key
+//! already full is skipped without taking its lock (counted once without
+//! it): a claim holds at most one such lock per key it takes from. A
+//! finish that frees a place of a key that was at its concurrency (an ack,
+//! a retry, a dead letter, a give-back, a remove) announces it when the key
+//! has entries waiting, and a claim that refused a key for its rate reports
+//! the time its window opens as its head: consumers waiting on a key wake
+//! then, never at their poll interval, and never ask in a loop.
+//!
+//! A unique window is a row of `uniques` written when an entry that has
+//! one is acked or removed, or as a dead letter removed, cleared or
+//! trimmed by retention (not when it dies: the dead letter holds its id).
+//! Every insert of a caller's id (`insert_with_id`, batched or not,
+//! `insert_with_id_in`, `insert_with`) looks for the window after its row
+//! went in, so an ack committing beside it is seen: the insert first waits
+//! for the ack's row. Closed windows are deleted lazily (the next insert of
+//! the id, and each new window deletes the queue's closed ones).
+//!
 //! # Tables
 //!
 //! | table | row | columns |
 //! |---|---|---|
-//! | `<schema>.entries` | one entry of any queue of the schema | `queue`, `id` (primary key); `seq` (insertion order); `run_at` (ms since the epoch, database clock: the due time while pending, the lease end while leased, `NULL` while dead); `value` (JSON text, serde_json); `attempt`; `token` and `since` (the claim holding the lease, and when it was made); `deadline` (when the current delivery was due); `tick` (a schedule's tick: its instant); `reason`, `died_at` (dead letters) |
+//! | `<schema>.entries` | one entry of any queue of the schema | `queue`, `id` (primary key); `seq` (insertion order); `run_at` (ms since the epoch, database clock: the due time while pending, the lease end while leased, `NULL` while dead); `value` (JSON text, serde_json); `attempt`; `token` and `since` (the claim holding the lease, and when it was made); `deadline` (when the current delivery was due); `tick` (a schedule's tick: its instant); `reason`, `died_at` (dead letters); `priority` (0 by default); `key` (or `NULL`); `max_attempts` (its own, or `NULL`: the queue's); `unique_ms` (its unique window, or `NULL`) |
 //! | `<schema>.schedules` | one recurring schedule | `queue`, `name` (primary key); `rec` (`e,<period ms>,<policy>` or `c,<cron expression>`); `value` |
 //! | `<schema>.given_up` | the token of a claim its handle gave up on or sent again, kept an hour | `token` (primary key); `at` (when) |
 //! | `<schema>.queues` | one queue's own state | `queue` (primary key); `paused_at` (since when it is paused, or `NULL`) |
+//! | `<schema>.key_limits` | one key's limit (`*`: the default) | `queue`, `key` (primary key); `lim` (`<concurrency>,<rate max>,<rate per ms>`, each empty for no bound) |
+//! | `<schema>.key_starts` | the recent starts of a key with a rate | `queue`, `key` (primary key); `starts` (ms, ascending: at most the rate's `max`, none older than its `per` when written) |
+//! | `<schema>.uniques` | an id kept taken after its entry finished | `queue`, `id` (primary key); `until` (ms) |
 //! | `<schema>.meta` | the schema's version | `version` |
 //!
+//! The schema's version is 7: VERSION 7 added the columns `priority`,
+//! `key`, `max_attempts`, `unique_ms` (no rewrite of the table) and the
+//! tables of keys and windows, and replaced the index of live entries in
+//! due order (`entries_due`) by `entries_plain` (the plain ones) beside
+//! partial indexes that only special entries enter (`entries_special` in
+//! due order, `entries_level` by priority, `entries_keys` by key,
+//! `entries_held` the leased ones by key): a queue without keys or
+//! priorities writes no more index entries than before. The upgrade from
+//! VERSION 6 builds `entries_plain` under the install's lock (the writers
+//! of the table wait for it) and keeps every entry, lease and schedule.
+//!
 //! A page of [`entries`](PgQueue::entries) is one call of `page`, one index
-//! range scan from the cursor on: `entries_due` for the due and the pending
-//! entries (the latter stepping over the leased rows among them),
-//! `entries_leased` (a partial index of the leased rows) and `entries_dead`.
+//! range scan from the cursor on, or two merged: `entries_plain` and
+//! `entries_special` for the due and the pending entries (the latter
+//! stepping over the leased rows among them), `entries_leased` (a partial
+//! index of the leased rows) and `entries_dead`.
 //! A claim takes a shared advisory lock that [`pause`](PgQueue::pause)
 //! takes exclusively, then reads the queue's `paused_at`: once `pause`
 //! returns, no claim hands anything out.

@@ -19,8 +19,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// oldest death first), at most `min(limit, 1000)`, after `cursor`.
     /// Walking the pages visits exactly once every entry that stays in that
     /// state, at the same due time (lease end), during the walk. One page is
-    /// one statement, an index range scan (`entries_due`, `entries_leased`
-    /// or `entries_dead`): O(limit + log n).
+    /// one statement, an index range scan (`entries_leased`, `entries_dead`)
+    /// or two merged (`entries_plain` and `entries_special`, for the due and
+    /// the pending entries): O(limit + log n).
     ///
     /// # Errors
     ///
@@ -100,8 +101,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                     tick: row.try_get("o_tick")?,
                     reason: row.try_get("o_reason")?,
                     value: row.try_get("o_value")?,
-                    key: None,
-                    priority: 0,
+                    key: row.try_get("o_key")?,
+                    priority: row.try_get("o_priority")?,
                 }
                 .info(),
             );
@@ -157,8 +158,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 tick: row.try_get("tick")?,
                 reason: row.try_get("reason")?,
                 value: row.try_get("value")?,
-                key: None,
-                priority: 0,
+                key: row.try_get("key")?,
+                priority: row.try_get("priority")?,
             }
             .info(),
         ))

@@ -356,6 +356,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     ) -> Result<bool, Error> {
         Ok(sqlx::query_scalar(&self.inner.sql.remove)
             .bind(&self.inner.name)
+            .bind(&self.inner.channel)
             .bind(id)
             .bind(tick_only)
             .fetch_one(executor)

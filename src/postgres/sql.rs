@@ -7,7 +7,7 @@ use super::error::Error;
 
 /// The version of `sql/schema.sql`; `build()` installs it when the
 /// schema's `meta` table holds an older one.
-const VERSION: i32 = 6;
+const VERSION: i32 = 7;
 
 const SCHEMA: &str = include_str!("sql/schema.sql");
 
@@ -18,6 +18,8 @@ pub(crate) struct Statements {
     /// `insert` for each row of the arrays, in order, in one statement.
     pub(crate) insert_batch: String,
     pub(crate) insert_many: String,
+    /// Inserts with options (`insert_with`, `insert_many_with`).
+    pub(crate) insert_plans: String,
     pub(crate) remove: String,
     pub(crate) reset: String,
     pub(crate) deadline: String,
@@ -37,6 +39,8 @@ pub(crate) struct Statements {
     pub(crate) dead_all: String,
     pub(crate) page: String,
     pub(crate) entry: String,
+    pub(crate) set_limit: String,
+    pub(crate) limits: String,
 }
 
 impl Statements {
@@ -51,7 +55,10 @@ impl Statements {
                  WITH ORDINALITY AS x(id, value, absolute, ms, o) ORDER BY x.o"
             ),
             insert_many: format!("SELECT {s}.insert_many($1, $2, $3, $4)"),
-            remove: format!("SELECT {s}.remove($1, $2, $3)"),
+            insert_plans: format!(
+                "SELECT {s}.insert_plans($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+            ),
+            remove: format!("SELECT {s}.remove($1, $2, $3, $4)"),
             reset: format!("SELECT {s}.reset($1, $2, $3, $4, $5)"),
             deadline: format!(
                 "SELECT run_at FROM {s}.entries WHERE queue = $1 AND id = $2 AND run_at IS NOT NULL"
@@ -85,9 +92,11 @@ impl Statements {
             page: format!("SELECT * FROM {s}.page($1, $2, $3, $4, $5)"),
             entry: format!(
                 "SELECT {s}.now_ms() AS now, run_at, died_at, token IS NOT NULL AS leased, attempt, \
-                 deadline, tick IS NOT NULL AS tick, reason, value \
+                 deadline, tick IS NOT NULL AS tick, reason, value, key, priority \
                  FROM {s}.entries WHERE queue = $1 AND id = $2"
             ),
+            set_limit: format!("SELECT {s}.set_limit($1, $2, $3, $4)"),
+            limits: format!("SELECT key, lim FROM {s}.key_limits WHERE queue = $1 ORDER BY key"),
         }
     }
 }

@@ -21,6 +21,28 @@
 --   reason   why its last attempt failed (kept across retries), or why it
 --            died
 --   died_at  when a dead letter died
+--   priority among due entries a claim takes the highest first (0 unless
+--            the insert said otherwise; a tick's is 0)
+--   key      the key whose limits it runs under (NULL: none, a key of its
+--            own; a claim takes one entry of each key before a second)
+--   max_attempts  its own deliveries before death (0: never), instead of
+--            the queue's; NULL: the queue's
+--   unique_ms  how long its id stays taken after it finishes (acked,
+--            removed; a dead letter removed, cleared or trimmed): a row of
+--            `uniques` until then
+-- An entry with a key or a priority other than 0 is *special*: claims and
+-- reads find the plain entries (no key, priority 0) by `entries_plain` and
+-- the special ones by their own indexes, so a queue without keys or
+-- priorities claims as it did before keys existed.
+--
+-- Key limits are rows of `key_limits` ('<concurrency>,<rate max>,<rate per
+-- ms>', each empty for no bound; the key '*' is the default of keys without
+-- a row). A key's concurrency counts its entries leased now (lease not run
+-- out); its rate counts the deliveries begun within the last `per`, kept
+-- in `key_starts` (the last `max` starts of each key that has a rate).
+-- Claims decide both under a transaction-level advisory lock of the key
+-- that they take with pg_try_advisory_xact_lock: a claim never waits for
+-- another, it skips the key another claim holds (see claim_fair).
 -- A schedule is one row of `schedules`: `rec` is 'e,<period ms>,<policy>'
 -- or 'c,<cron expression>'; its one live tick is the entry whose id is the
 -- schedule's name and whose `tick` is set.
@@ -44,11 +66,43 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.entries (
     tick     bigint,
     reason   text,
     died_at  bigint,
+    priority smallint NOT NULL DEFAULT 0,
+    key      text    COLLATE "C",
+    max_attempts integer,
+    unique_ms bigint,
     PRIMARY KEY (queue, id)
 );
--- What claims read: live entries in due order.
-CREATE INDEX IF NOT EXISTS entries_due ON __SCHEMA__.entries (queue, run_at, seq)
-    WHERE run_at IS NOT NULL;
+-- VERSION 7: keys, priorities, an entry's own attempts and unique windows
+-- (adding a column with a constant default rewrites nothing).
+ALTER TABLE __SCHEMA__.entries
+    ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS key text COLLATE "C",
+    ADD COLUMN IF NOT EXISTS max_attempts integer,
+    ADD COLUMN IF NOT EXISTS unique_ms bigint;
+-- What plain claims read: live plain entries in due order. (Until VERSION
+-- 6, `entries_due` held every live entry; a special entry kept there would
+-- lie in the way of every plain claim's walk, and of the plain entries a
+-- fair claim walks beside a key's backlog.)
+DROP INDEX IF EXISTS __SCHEMA__.entries_due;
+CREATE INDEX IF NOT EXISTS entries_plain ON __SCHEMA__.entries (queue, run_at, seq)
+    WHERE run_at IS NOT NULL AND key IS NULL AND priority = 0;
+-- Live special entries in due order: with entries_plain, the queue's head
+-- and the first entry not yet due; whether a claim must be fair.
+CREATE INDEX IF NOT EXISTS entries_special ON __SCHEMA__.entries (queue, run_at, seq)
+    WHERE run_at IS NOT NULL AND (key IS NOT NULL OR priority <> 0);
+-- The same by priority: the levels a fair claim visits, highest first, and
+-- each level's due entries in due order.
+CREATE INDEX IF NOT EXISTS entries_level ON __SCHEMA__.entries (queue, priority DESC, run_at, seq)
+    WHERE run_at IS NOT NULL AND (key IS NOT NULL OR priority <> 0);
+-- The same by key (NULL last: the keyless special entries): a key's next
+-- due entry at a level, the keys of a queue (a loose index scan), whether
+-- a key has entries waiting.
+CREATE INDEX IF NOT EXISTS entries_keys ON __SCHEMA__.entries (queue, key, priority DESC, run_at, seq)
+    WHERE run_at IS NOT NULL AND (key IS NOT NULL OR priority <> 0);
+-- Leased entries of a key by lease end: its concurrency counts those whose
+-- lease has not run out.
+CREATE INDEX IF NOT EXISTS entries_held ON __SCHEMA__.entries (queue, key, run_at)
+    WHERE key IS NOT NULL AND token IS NOT NULL;
 -- (No index on `token`: a claim sent again after its reply was lost, and
 -- the give-back of one given up on, find its leases through entries_due,
 -- between a lower bound of their end the client knows and now + lease.
@@ -76,6 +130,36 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.queues (
     paused_at bigint
 );
 
+-- Key limits: '<concurrency>,<rate max>,<rate per ms>' (each empty for no
+-- bound); key '*' is the default for keys without a row of their own.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.key_limits (
+    queue text COLLATE "C" NOT NULL,
+    key   text COLLATE "C" NOT NULL,
+    lim   text NOT NULL,
+    PRIMARY KEY (queue, key)
+);
+
+-- When the recent deliveries of a key with a rate began (ms, ascending):
+-- at most its rate's `max`, none older than its `per` when written.
+-- Written by claims only, each holding the key's advisory lock.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.key_starts (
+    queue  text COLLATE "C" NOT NULL,
+    key    text COLLATE "C" NOT NULL,
+    starts bigint[] NOT NULL,
+    PRIMARY KEY (queue, key)
+);
+
+-- Ids kept taken after their entry finished, until `until` (ms): an insert
+-- of the id is refused while `until` is after now. Closed windows are
+-- deleted lazily (by the next insert of the id, and by each new window).
+CREATE TABLE IF NOT EXISTS __SCHEMA__.uniques (
+    queue text COLLATE "C" NOT NULL,
+    id    text COLLATE "C" NOT NULL,
+    until bigint NOT NULL,
+    PRIMARY KEY (queue, id)
+);
+CREATE INDEX IF NOT EXISTS uniques_until ON __SCHEMA__.uniques (queue, until);
+
 CREATE TABLE IF NOT EXISTS __SCHEMA__.schedules (
     queue text COLLATE "C" NOT NULL,
     name  text COLLATE "C" NOT NULL,
@@ -90,15 +174,21 @@ LANGUAGE sql VOLATILE AS $$
     SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
 $$;
 
--- When the queue's head is due (a lease end while leased), or NULL.
+-- When the queue's head is due (a lease end while leased), or NULL: the
+-- first plain entry and the first special one, one index probe each.
 -- (PL/pgSQL rather than SQL: its plan is cached per session; a SQL
 -- function with ORDER BY is not inlined and would plan on every call.)
 CREATE OR REPLACE FUNCTION __SCHEMA__.head(p_queue text) RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    RETURN (SELECT e.run_at FROM __SCHEMA__.entries e
-            WHERE e.queue = p_queue AND e.run_at IS NOT NULL
-            ORDER BY e.run_at, e.seq LIMIT 1);
+    RETURN least(
+        (SELECT e.run_at FROM __SCHEMA__.entries e
+         WHERE e.queue = p_queue AND e.run_at IS NOT NULL AND e.key IS NULL AND e.priority = 0
+         ORDER BY e.run_at, e.seq LIMIT 1),
+        (SELECT e.run_at FROM __SCHEMA__.entries e
+         WHERE e.queue = p_queue AND e.run_at IS NOT NULL
+           AND (e.key IS NOT NULL OR e.priority <> 0)
+         ORDER BY e.run_at, e.seq LIMIT 1));
 END $$;
 
 -- When the queue's first entry after `p_now` is due (a lease end while
@@ -106,9 +196,86 @@ END $$;
 CREATE OR REPLACE FUNCTION __SCHEMA__.next_after(p_queue text, p_now bigint) RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    RETURN (SELECT e.run_at FROM __SCHEMA__.entries e
-            WHERE e.queue = p_queue AND e.run_at > p_now
-            ORDER BY e.run_at, e.seq LIMIT 1);
+    RETURN least(
+        (SELECT e.run_at FROM __SCHEMA__.entries e
+         WHERE e.queue = p_queue AND e.run_at > p_now AND e.key IS NULL AND e.priority = 0
+         ORDER BY e.run_at, e.seq LIMIT 1),
+        (SELECT e.run_at FROM __SCHEMA__.entries e
+         WHERE e.queue = p_queue AND e.run_at > p_now AND (e.key IS NOT NULL OR e.priority <> 0)
+         ORDER BY e.run_at, e.seq LIMIT 1));
+END $$;
+
+-- The limit key `p_key` runs under, as key_limits keeps it: its own, else
+-- the default's ('*'), else NULL (no limit).
+CREATE OR REPLACE FUNCTION __SCHEMA__.limit_of(p_queue text, p_key text) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN coalesce(
+        (SELECT l.lim FROM __SCHEMA__.key_limits l WHERE l.queue = p_queue AND l.key = p_key),
+        (SELECT l.lim FROM __SCHEMA__.key_limits l WHERE l.queue = p_queue AND l.key = '*'));
+END $$;
+
+-- Keeps the ids `p_ids` taken for `p_ms[i]` ms from `p_now` (an id whose
+-- `p_ms` is NULL has no window), replacing an earlier window of the id;
+-- forgets the queue's closed windows on the way (those another transaction
+-- holds locked are left for the next time: this never waits on them).
+CREATE OR REPLACE FUNCTION __SCHEMA__.keep_taken(p_queue text, p_ids text[], p_ms bigint[],
+    p_now bigint) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM __SCHEMA__.uniques u WHERE u.ctid IN (
+        SELECT c.ctid FROM __SCHEMA__.uniques c
+        WHERE c.queue = p_queue AND c.until <= p_now FOR UPDATE SKIP LOCKED);
+    INSERT INTO __SCHEMA__.uniques AS u (queue, id, until)
+    SELECT p_queue, x.id, p_now + x.ms FROM unnest(p_ids, p_ms) AS x(id, ms)
+    WHERE x.ms IS NOT NULL
+    ON CONFLICT (queue, id) DO UPDATE SET until = excluded.until;
+END $$;
+
+-- Whether id `p_id` is kept taken at `p_now`; a closed window of it is
+-- forgotten.
+CREATE OR REPLACE FUNCTION __SCHEMA__.unique_open(p_queue text, p_id text, p_now bigint)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_until bigint;
+BEGIN
+    SELECT u.until INTO v_until FROM __SCHEMA__.uniques u WHERE u.queue = p_queue AND u.id = p_id;
+    IF v_until IS NULL THEN
+        RETURN false;
+    END IF;
+    IF v_until > p_now THEN
+        RETURN true;
+    END IF;
+    DELETE FROM __SCHEMA__.uniques u
+    WHERE u.queue = p_queue AND u.id = p_id AND u.until <= p_now;
+    RETURN false;
+END $$;
+
+-- A place of key `p_key` freed: `p_freed` of its entries that held one
+-- (leased, lease not run out) finished (acked, retried, dead, given back,
+-- removed); the entry `p_except` is not one that waits. Tells waiting
+-- consumers to look again when the key has a concurrency, was at it before
+-- (so a claim may have left its entries waiting) and has entries that no
+-- lease holds. (Entries of a key below its concurrency were never held up
+-- by it; an entry held up by a rate waits for a time the claim reported.)
+-- Counts under no lock: a finish beside this one still looks held, which
+-- can only announce once more.
+CREATE OR REPLACE FUNCTION __SCHEMA__.freed(p_queue text, p_channel text, p_key text,
+    p_freed integer, p_except text, p_now bigint) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_most bigint := nullif(split_part(__SCHEMA__.limit_of(p_queue, p_key), ',', 1), '')::bigint;
+    v_held bigint;
+BEGIN
+    IF v_most IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT count(*) INTO v_held FROM __SCHEMA__.entries d
+    WHERE d.queue = p_queue AND d.key = p_key AND d.token IS NOT NULL AND d.run_at > p_now;
+    IF v_held < v_most AND v_held + p_freed >= v_most AND EXISTS (
+        SELECT 1 FROM __SCHEMA__.entries d
+        WHERE d.queue = p_queue AND d.key = p_key AND d.run_at IS NOT NULL
+          AND (d.token IS NULL OR d.run_at <= p_now) AND d.id <> coalesce(p_except, '')) THEN
+        PERFORM pg_notify(p_channel, p_now::text);
+    END IF;
 END $$;
 
 -- Tells waiting consumers (LISTEN on `p_channel`) that an entry is due at
@@ -130,10 +297,15 @@ END $$;
 
 -- INSERT: a new pending entry due at `p_ms` (`p_absolute`) or `p_ms` from
 -- now. `p_id` NULL: an id '#<seq>' is made. Returns the entry's id, or NULL
--- if `p_id` is taken (pending, leased or dead; nothing changes then).
+-- if `p_id` is taken (pending, leased or dead, or kept taken by a unique
+-- window; nothing changes then).
 -- (The hottest call of a producer: the clock, the old head (see announce)
 -- and announce() are inline, and it returns a scalar, so it is called in a
 -- SELECT list.)
+-- The unique window is looked for after the row went in: an ack or remove
+-- of the id that runs beside this insert either still holds the old row,
+-- which this insert then waits for (the conflict), or committed its window
+-- before this look.
 CREATE OR REPLACE FUNCTION __SCHEMA__.insert(p_queue text, p_channel text, p_id text,
     p_value text, p_absolute boolean, p_ms bigint) RETURNS text
 LANGUAGE plpgsql AS $$
@@ -144,8 +316,13 @@ DECLARE
     v_seq bigint;
     v_id text;
 BEGIN
-    SELECT e.run_at INTO v_old_head FROM __SCHEMA__.entries e
-    WHERE e.queue = p_queue AND e.run_at > v_now ORDER BY e.run_at, e.seq LIMIT 1;
+    v_old_head := least(
+        (SELECT e.run_at FROM __SCHEMA__.entries e
+         WHERE e.queue = p_queue AND e.run_at > v_now AND e.key IS NULL AND e.priority = 0
+         ORDER BY e.run_at, e.seq LIMIT 1),
+        (SELECT e.run_at FROM __SCHEMA__.entries e
+         WHERE e.queue = p_queue AND e.run_at > v_now AND (e.key IS NOT NULL OR e.priority <> 0)
+         ORDER BY e.run_at, e.seq LIMIT 1));
     LOOP
         v_seq := nextval('__SCHEMA__.seq');
         v_id := coalesce(p_id, '#' || v_seq);
@@ -158,10 +335,126 @@ BEGIN
             RETURN NULL;
         END IF;
     END LOOP;
+    IF p_id IS NOT NULL AND __SCHEMA__.unique_open(p_queue, p_id, v_now) THEN
+        DELETE FROM __SCHEMA__.entries e WHERE e.queue = p_queue AND e.id = p_id;
+        RETURN NULL;
+    END IF;
     IF v_old_head IS NULL OR v_at < v_old_head THEN
         PERFORM pg_notify(p_channel, v_at::text);
     END IF;
     RETURN v_id;
+END $$;
+
+-- INSERT_PLANS: the entries `insert_with` and `insert_many_with` describe,
+-- as parallel arrays, one per entry: id (NULL: made, '#<seq>'), value, due
+-- at `p_ms` (`p_absolute`) or `p_ms` from now, priority, key, own
+-- max_attempts, unique window (ms), replace. All or none, in one call;
+-- each entry's id, or NULL where it was refused: its id is taken by an
+-- entry (pending without replace, leased, dead, a schedule's tick) or kept
+-- taken by a unique window. With replace, a pending entry of the id (not
+-- leased, not dead, not a tick) takes the new value, due time (ordered as a
+-- new insert), priority, key and options, its attempts reset and its last
+-- error cleared. The entries are taken in their order, so one whose id an
+-- earlier one took is refused, or replaces it. Sequence numbers follow the
+-- order of the arrays (FIFO among equal due times).
+-- Made ids go in with one statement (linear: the arrays are read with
+-- unnest, never subscripted inside a statement); ids of the caller's one
+-- at a time, each as `insert` does it (the unique window looked for after
+-- the row went in). A replace waits for a claim that holds the row locked
+-- and then sees the lease: a leased entry is never replaced.
+CREATE OR REPLACE FUNCTION __SCHEMA__.insert_plans(p_queue text, p_channel text, p_ids text[],
+    p_values text[], p_absolute boolean[], p_ms bigint[], p_priorities smallint[],
+    p_keys text[], p_max_attempts integer[], p_unique_ms bigint[], p_replace boolean[])
+RETURNS text[] LANGUAGE plpgsql AS $$
+DECLARE
+    v_now bigint := __SCHEMA__.now_ms();
+    v_old_head bigint := __SCHEMA__.next_after(p_queue, v_now);
+    v_n integer := coalesce(cardinality(p_values), 0);
+    v_seqs bigint[];
+    v_ids text[];
+    v_missed bigint;
+    v_first bigint;
+    v_at bigint;
+    v_seq bigint;
+    r record;
+BEGIN
+    IF v_n = 0 THEN
+        RETURN '{}';
+    END IF;
+    v_seqs := ARRAY(SELECT nextval('__SCHEMA__.seq') FROM generate_series(1, v_n));
+    WITH x AS MATERIALIZED (
+        SELECT * FROM unnest(p_ids, p_values, p_absolute, p_ms, p_priorities, p_keys,
+            p_max_attempts, v_seqs) WITH ORDINALITY
+            AS x(id, value, absolute, ms, priority, key, max_attempts, seq, o)
+    ), inserted AS (
+        INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value, priority, key, max_attempts)
+        SELECT p_queue, '#' || x.seq, x.seq,
+            CASE WHEN x.absolute THEN x.ms ELSE v_now + x.ms END, x.value, x.priority, x.key,
+            x.max_attempts
+        FROM x WHERE x.id IS NULL
+        ON CONFLICT DO NOTHING
+        RETURNING seq, run_at
+    )
+    SELECT array_agg(CASE WHEN x.id IS NULL AND i.seq IS NOT NULL THEN '#' || x.seq END
+                     ORDER BY x.o),
+           min(i.run_at), count(*) FILTER (WHERE x.id IS NULL AND i.seq IS NULL)
+    INTO v_ids, v_first, v_missed
+    FROM x LEFT JOIN inserted i ON i.seq = x.seq;
+    IF v_missed > 0 THEN
+        -- Made ids a caller took with its own: new ids, the same places.
+        FOR r IN SELECT x.* FROM unnest(p_ids, v_ids, p_values, p_absolute, p_ms, p_priorities,
+                     p_keys, p_max_attempts, v_seqs) WITH ORDINALITY
+                     AS x(id, made, value, absolute, ms, priority, key, max_attempts, seq, o)
+                 WHERE x.id IS NULL AND x.made IS NULL LOOP
+            v_at := CASE WHEN r.absolute THEN r.ms ELSE v_now + r.ms END;
+            LOOP
+                v_seq := nextval('__SCHEMA__.seq');
+                INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value, priority, key,
+                    max_attempts)
+                VALUES (p_queue, '#' || v_seq, r.seq, v_at, r.value, r.priority, r.key,
+                    r.max_attempts)
+                ON CONFLICT DO NOTHING;
+                EXIT WHEN FOUND;
+            END LOOP;
+            v_ids[r.o::integer] := '#' || v_seq;
+            v_first := least(v_first, v_at);
+        END LOOP;
+    END IF;
+    FOR r IN SELECT x.* FROM unnest(p_ids, p_values, p_absolute, p_ms, p_priorities, p_keys,
+                 p_max_attempts, p_unique_ms, p_replace, v_seqs) WITH ORDINALITY
+                 AS x(id, value, absolute, ms, priority, key, max_attempts, unique_ms, replace,
+                      seq, o)
+             WHERE x.id IS NOT NULL ORDER BY x.o LOOP
+        v_at := CASE WHEN r.absolute THEN r.ms ELSE v_now + r.ms END;
+        INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value, priority, key,
+            max_attempts, unique_ms)
+        VALUES (p_queue, r.id, r.seq, v_at, r.value, r.priority, r.key, r.max_attempts,
+            r.unique_ms)
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            IF __SCHEMA__.unique_open(p_queue, r.id, v_now) THEN
+                DELETE FROM __SCHEMA__.entries e WHERE e.queue = p_queue AND e.id = r.id;
+                CONTINUE;
+            END IF;
+        ELSIF r.replace THEN
+            UPDATE __SCHEMA__.entries e SET value = r.value, run_at = v_at, seq = r.seq,
+                priority = r.priority, key = r.key, max_attempts = r.max_attempts,
+                unique_ms = r.unique_ms, attempt = 0, deadline = NULL, reason = NULL
+            WHERE e.queue = p_queue AND e.id = r.id AND e.run_at IS NOT NULL
+              AND e.token IS NULL AND e.tick IS NULL;
+            IF NOT FOUND THEN
+                CONTINUE;
+            END IF;
+        ELSE
+            CONTINUE;
+        END IF;
+        v_ids[r.o::integer] := r.id;
+        v_first := least(v_first, v_at);
+    END LOOP;
+    IF v_first IS NOT NULL THEN
+        PERFORM __SCHEMA__.announce(p_channel, v_first, v_old_head);
+    END IF;
+    RETURN v_ids;
 END $$;
 
 -- INSERT_MANY: new pending entries, `p_ms[i]` from now, ids '#<seq>' in
@@ -226,12 +519,18 @@ END $$;
 
 -- REMOVE: deletes an entry, pending, leased or dead; a schedule's tick takes
 -- its schedule with it. `p_tick_only`: only a schedule's tick (and the
--- schedule, even if it has no tick now). Whether it was there.
-CREATE OR REPLACE FUNCTION __SCHEMA__.remove(p_queue text, p_id text, p_tick_only boolean)
-RETURNS boolean LANGUAGE plpgsql AS $$
+-- schedule, even if it has no tick now). Whether it was there. An entry
+-- with a unique window keeps its id taken for that window from now; one
+-- that held a place of its key frees it (see freed).
+CREATE OR REPLACE FUNCTION __SCHEMA__.remove(p_queue text, p_channel text, p_id text,
+    p_tick_only boolean) RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
+    v_now bigint;
     v_tick boolean;
     v_found boolean;
+    v_key text;
+    v_held boolean;
+    v_unique bigint;
 BEGIN
     IF p_tick_only THEN
         DELETE FROM __SCHEMA__.schedules s WHERE s.queue = p_queue AND s.name = p_id;
@@ -245,8 +544,10 @@ BEGIN
     -- A schedule's row before its tick, in the order schedule() and
     -- unschedule lock them: a remove racing either never deadlocks.
     PERFORM 1 FROM __SCHEMA__.schedules s WHERE s.queue = p_queue AND s.name = p_id FOR UPDATE;
+    v_now := __SCHEMA__.now_ms();
     DELETE FROM __SCHEMA__.entries e WHERE e.queue = p_queue AND e.id = p_id
-    RETURNING e.tick IS NOT NULL INTO v_tick;
+    RETURNING e.tick IS NOT NULL, e.key, e.token IS NOT NULL AND e.run_at > v_now, e.unique_ms
+    INTO v_tick, v_key, v_held, v_unique;
     IF v_tick IS NULL THEN
         RETURN false;
     END IF;
@@ -254,6 +555,12 @@ BEGIN
         DELETE FROM __SCHEMA__.schedules s WHERE s.queue = p_queue AND s.name = p_id;
         DELETE FROM __SCHEMA__.entries e
         WHERE e.queue = p_queue AND e.id = p_id AND e.tick IS NOT NULL;
+    END IF;
+    IF v_unique IS NOT NULL THEN
+        PERFORM __SCHEMA__.keep_taken(p_queue, ARRAY[p_id], ARRAY[v_unique], v_now);
+    END IF;
+    IF v_held AND v_key IS NOT NULL THEN
+        PERFORM __SCHEMA__.freed(p_queue, p_channel, v_key, 1, NULL, v_now);
     END IF;
     RETURN true;
 END $$;
@@ -405,7 +712,8 @@ END $$;
 -- which claim() and finish() set for their transaction as the setting
 -- `punctual.dead`, '<max age ms>,<max count>' (-1: no limit; unset or
 -- empty: none): those that died before `p_now` - age, then the oldest
--- beyond the count.
+-- beyond the count. A dead letter with a unique window keeps its id taken
+-- for that window from `p_now`.
 CREATE OR REPLACE FUNCTION __SCHEMA__.trim_dead(p_queue text, p_now bigint)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -413,6 +721,8 @@ DECLARE
     v_age bigint;
     v_count bigint;
     v_last record;
+    v_ids text[];
+    v_ms bigint[];
 BEGIN
     IF v_rules = '' THEN
         RETURN;
@@ -420,8 +730,16 @@ BEGIN
     v_age := split_part(v_rules, ',', 1)::bigint;
     v_count := split_part(v_rules, ',', 2)::bigint;
     IF v_age >= 0 THEN
-        DELETE FROM __SCHEMA__.entries d
-        WHERE d.queue = p_queue AND d.run_at IS NULL AND d.died_at < p_now - v_age;
+        WITH gone AS (
+            DELETE FROM __SCHEMA__.entries d
+            WHERE d.queue = p_queue AND d.run_at IS NULL AND d.died_at < p_now - v_age
+            RETURNING d.id, d.unique_ms
+        )
+        SELECT array_agg(g.id), array_agg(g.unique_ms) INTO v_ids, v_ms
+        FROM gone g WHERE g.unique_ms IS NOT NULL;
+        IF v_ids IS NOT NULL THEN
+            PERFORM __SCHEMA__.keep_taken(p_queue, v_ids, v_ms, p_now);
+        END IF;
     END IF;
     IF v_count >= 0 THEN
         -- The newest of those to go: the (count + 1)-th newest.
@@ -429,9 +747,17 @@ BEGIN
         WHERE d.queue = p_queue AND d.run_at IS NULL
         ORDER BY d.died_at DESC, d.seq DESC OFFSET v_count LIMIT 1;
         IF FOUND THEN
-            DELETE FROM __SCHEMA__.entries d
-            WHERE d.queue = p_queue AND d.run_at IS NULL
-              AND (d.died_at, d.seq) <= (v_last.died_at, v_last.seq);
+            WITH gone AS (
+                DELETE FROM __SCHEMA__.entries d
+                WHERE d.queue = p_queue AND d.run_at IS NULL
+                  AND (d.died_at, d.seq) <= (v_last.died_at, v_last.seq)
+                RETURNING d.id, d.unique_ms
+            )
+            SELECT array_agg(g.id), array_agg(g.unique_ms) INTO v_ids, v_ms
+            FROM gone g WHERE g.unique_ms IS NOT NULL;
+            IF v_ids IS NOT NULL THEN
+                PERFORM __SCHEMA__.keep_taken(p_queue, v_ids, v_ms, p_now);
+            END IF;
         END IF;
     END IF;
 END $$;
@@ -480,7 +806,10 @@ END $$;
 -- dead) gets its successor; `p_cands` are the cron instants for it.
 -- `result`: 1 applied (2: and a failure went to the dead letters), 0 the
 -- lease was lost (nothing changed), -1 the successor needs the cron
--- instants of `rec` after `cron_from` (nothing changed).
+-- instants of `rec` after `cron_from` (nothing changed). An entry's own
+-- max_attempts replaces `p_limit`. An acked entry with a unique window
+-- keeps its id taken for that window; a finish of a lease that had not run
+-- out frees a place of the entry's key (see freed).
 CREATE OR REPLACE FUNCTION __SCHEMA__.finish_one(p_queue text, p_channel text, p_limit integer,
     p_lease bigint, p_now bigint, p_kind text, p_id text, p_token text, p_ms bigint,
     p_reason text, p_cands text, OUT result integer, OUT cron_from bigint, OUT rec text)
@@ -516,7 +845,8 @@ BEGIN
         RETURN;
     END IF;
     IF v_kind = 'f' THEN
-        IF p_limit > 0 AND e.attempt >= p_limit THEN
+        IF coalesce(e.max_attempts, p_limit) > 0
+           AND e.attempt >= coalesce(e.max_attempts, p_limit) THEN
             v_kind := 'd'; result := 2;
         ELSE
             v_kind := 'r';
@@ -547,6 +877,9 @@ BEGIN
             WHERE d.queue = p_queue AND d.id = p_id;
         END IF;
         PERFORM __SCHEMA__.announce(p_channel, v_next, v_old_head);
+        IF e.key IS NOT NULL AND e.run_at > p_now THEN
+            PERFORM __SCHEMA__.freed(p_queue, p_channel, e.key, 1, p_id, p_now);
+        END IF;
         RETURN;
     END IF;
     -- 'a' or 'd': the entry leaves the schedule.
@@ -570,6 +903,12 @@ BEGIN
         PERFORM __SCHEMA__.place_tick(p_queue, p_channel, p_id, v_next);
     ELSIF v_kind <> 'd' THEN
         DELETE FROM __SCHEMA__.entries d WHERE d.queue = p_queue AND d.id = p_id;
+        IF e.unique_ms IS NOT NULL THEN
+            PERFORM __SCHEMA__.keep_taken(p_queue, ARRAY[p_id], ARRAY[e.unique_ms], p_now);
+        END IF;
+    END IF;
+    IF e.key IS NOT NULL AND e.run_at > p_now THEN
+        PERFORM __SCHEMA__.freed(p_queue, p_channel, e.key, 1, p_id, p_now);
     END IF;
     rec := NULL;
 END $$;
@@ -583,6 +922,9 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.finish_all(p_queue text, p_channel text, p
 DECLARE
     v_n integer := coalesce(array_length(p_kinds, 1), 0);
     v_acked bigint[];
+    v_unique_ids text[];
+    v_unique_ms bigint[];
+    v_keys text[];
     v_one record;
 BEGIN
     results := array_fill(NULL::integer, ARRAY[v_n]);
@@ -595,15 +937,28 @@ BEGIN
     -- same, so the two never deadlock.
     PERFORM 1 FROM __SCHEMA__.entries d
     WHERE d.queue = p_queue AND d.id = ANY (p_ids) ORDER BY d.id FOR UPDATE;
-    -- Plain acks: entries that are not ticks, deleted together.
+    -- Plain acks: entries that are not ticks, deleted together (then the
+    -- unique windows of those that have one, and the places of keys they
+    -- held: see freed).
     WITH acked AS (
         DELETE FROM __SCHEMA__.entries d
         USING unnest(p_kinds, p_ids, p_tokens) WITH ORDINALITY AS o(kind, id, token, ord)
         WHERE o.kind = 'a' AND d.queue = p_queue AND d.id = o.id AND d.token = o.token
           AND d.tick IS NULL
-        RETURNING o.ord
+        RETURNING o.ord, d.id, d.unique_ms, CASE WHEN d.run_at > p_now THEN d.key END AS key
     )
-    SELECT coalesce(array_agg(ord), '{}') INTO v_acked FROM acked;
+    SELECT coalesce(array_agg(a.ord), '{}'),
+           array_agg(a.id) FILTER (WHERE a.unique_ms IS NOT NULL),
+           array_agg(a.unique_ms) FILTER (WHERE a.unique_ms IS NOT NULL),
+           array_agg(a.key) FILTER (WHERE a.key IS NOT NULL)
+    INTO v_acked, v_unique_ids, v_unique_ms, v_keys FROM acked a;
+    IF v_unique_ids IS NOT NULL THEN
+        PERFORM __SCHEMA__.keep_taken(p_queue, v_unique_ids, v_unique_ms, p_now);
+    END IF;
+    IF v_keys IS NOT NULL THEN
+        PERFORM __SCHEMA__.freed(p_queue, p_channel, k.key, k.n::integer, NULL, p_now)
+        FROM (SELECT x AS key, count(*) AS n FROM unnest(v_keys) x GROUP BY x ORDER BY x) k;
+    END IF;
     IF cardinality(v_acked) = v_n THEN
         results := array_fill(1, ARRAY[v_n]);
         RETURN;
@@ -636,23 +991,435 @@ BEGIN
         p_tokens, p_ms, p_reasons, p_cands) f;
 END $$;
 
+-- CLAIM_FAIR: the step of claim() when special entries are due (see
+-- claim): leases up to `p_max` due entries at `p_now`, in this order.
+--
+-- The highest priority level with due entries first, a level at a time
+-- (level 0 holds the plain entries too). Within a level, rounds: round 1
+-- takes the first due entry of each key (an entry without a key is a key
+-- of its own) in (due time, seq) order; each later round takes the next
+-- due entry of each key that gave one in the round before, in (due time,
+-- seq) order of those entries. A key its limit refuses is skipped for the
+-- rest of the claim: it never holds up the others.
+--
+-- Round 1 without scanning a backlog: the claim reads a *window*, the
+-- first 2 * p_max + 16 due entries of the level (entries_level, and
+-- entries_plain at level 0), whose first entry of each key is round 1's
+-- order as far as the window goes. Only when that is not enough (a few
+-- keys with long backlogs fill the window) does it look beyond: the keys
+-- of the queue by a loose index scan of entries_keys (one probe per key,
+-- never per entry), each key's first due entry at the level, and the keyless
+-- entries after the window. Later rounds probe entries_keys once per key
+-- that gave. So one key's 10,000 due entries cost a claim a window and a
+-- probe, not 10,000 rows.
+--
+-- Admission: a key's own limit, else the default's ('*'); a keyless entry
+-- is never limited, nor a key without a limit. A limited key is admitted
+-- while (its entries leased now, lease not run out) + (taken in this claim)
+-- < concurrency, and (its deliveries begun within (now - per, now]) +
+-- (taken) < rate max; a bound of 0 holds the key's entries. It is counted
+-- once without a lock (a key already full is skipped without one), then
+-- under pg_try_advisory_xact_lock(hashtext('<schema> key'), hashtext(queue
+-- || '/' || key)), held to the commit, and counted again: every claim that
+-- takes entries of the key holds that lock, and each statement here reads
+-- a fresh snapshot, so the second count sees every lease of the key that
+-- an earlier claim committed, and no claim beside this one can lease an
+-- entry of the key before this one commits (it fails to take the lock and
+-- skips the key: claims never wait on each other). Finishes (acks,
+-- retries) of other transactions only lower the counts, so a count read
+-- before they commit errs on the safe side. A lease extended after it ran
+-- out holds its place again, as on the other stores. Starts of keys with a
+-- rate are recorded in key_starts at the end, under the same locks. A
+-- claim holds one advisory lock per limited key it takes entries of (and
+-- per key whose count changed between the two readings): at most p_max.
+--
+-- Rows are locked with FOR UPDATE SKIP LOCKED (a key's entry locked by
+-- another transaction: its next due entry). `head`: now when it took
+-- p_max (more may be due); else the earliest of the first entry not yet
+-- due (due times and lease ends) and the time the rate window of each key
+-- it refused for its rate opens. `locked`: a row or a key was skipped,
+-- held by another transaction, which may end without a notification.
+CREATE OR REPLACE FUNCTION __SCHEMA__.claim_fair(p_queue text, p_max integer, p_lease bigint,
+    p_limit integer, p_token text, p_channel text, p_now bigint,
+    OUT head bigint, OUT more boolean, OUT locked boolean,
+    OUT ids text[], OUT vals text[], OUT attempts integer[], OUT deadlines bigint[],
+    OUT lease_ends bigint[], OUT schedule_recs text[], OUT whys text[],
+    OUT keys text[], OUT priorities smallint[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_lease_end bigint := p_now + p_lease;
+    v_window integer := 2 * p_max + 16;
+    v_taken integer := 0;
+    v_full boolean := false;
+    v_bytes bigint := 0;
+    v_max_bytes constant bigint := 16 * 1024 * 1024;
+    v_plain boolean;
+    v_prev integer := 32768;
+    v_bound integer;
+    v_level smallint;
+    v_p smallint;
+    -- The keys met by this claim, as parallel arrays: name; state ('u'
+    -- unlimited, 'c' to count, 'a' admitted: its lock held, 'r' refused,
+    -- 'l' skipped: another claim holds its lock); concurrency, rate max
+    -- and per (NULL: none); leased and begun when counted under the lock;
+    -- taken and started by this claim.
+    k_names text[] := '{}';
+    k_state text[] := '{}';
+    k_most bigint[] := '{}';
+    k_rate bigint[] := '{}';
+    k_per bigint[] := '{}';
+    k_held bigint[] := '{}';
+    k_begun bigint[] := '{}';
+    k_taken integer[] := '{}';
+    k_started integer[] := '{}';
+    -- The candidates of the round under way, in order.
+    c_ids text[];
+    c_keys text[];
+    c_runs bigint[];
+    c_seqs bigint[];
+    -- The keys that gave an entry in it, with that entry's place.
+    g_keys text[];
+    g_runs bigint[];
+    g_seqs bigint[];
+    v_phase integer;
+    v_truncated boolean;
+    v_end_run bigint;
+    v_end_seq bigint;
+    v_need integer;
+    v_i integer;
+    v_key text;
+    v_lim text;
+    v_held bigint;
+    v_begun bigint;
+    v_skipped boolean := false;
+    v_attempts integer;
+    v_rec text;
+    v_state text;
+    v_next bigint;
+    v_open bigint;
+    e __SCHEMA__.entries;
+BEGIN
+    more := false;
+    locked := false;
+    ids := '{}'; vals := '{}'; attempts := '{}'; deadlines := '{}'; lease_ends := '{}';
+    schedule_recs := '{}'; whys := '{}'; keys := '{}'; priorities := '{}';
+    v_plain := coalesce((SELECT d.run_at FROM __SCHEMA__.entries d
+                         WHERE d.queue = p_queue AND d.run_at IS NOT NULL AND d.key IS NULL
+                           AND d.priority = 0
+                         ORDER BY d.run_at, d.seq LIMIT 1) <= p_now, false);
+    <<levels>>
+    LOOP
+        EXIT WHEN v_taken >= p_max OR v_full;
+        -- The next level with due entries: a loose scan of entries_level.
+        v_level := NULL;
+        v_bound := v_prev;
+        LOOP
+            v_p := (SELECT d.priority FROM __SCHEMA__.entries d
+                    WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                      AND (d.key IS NOT NULL OR d.priority <> 0) AND d.priority < v_bound
+                    ORDER BY d.priority DESC LIMIT 1);
+            EXIT WHEN v_p IS NULL;
+            IF (SELECT d.run_at FROM __SCHEMA__.entries d
+                WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                  AND (d.key IS NOT NULL OR d.priority <> 0) AND d.priority = v_p
+                ORDER BY d.run_at, d.seq LIMIT 1) <= p_now THEN
+                v_level := v_p;
+                EXIT;
+            END IF;
+            v_bound := v_p;
+        END LOOP;
+        IF v_plain AND v_prev > 0 AND coalesce(v_level, -1) < 0 THEN
+            v_level := 0;
+        END IF;
+        EXIT WHEN v_level IS NULL;
+        v_prev := v_level;
+        -- Round 1 as far as the window goes.
+        WITH w AS MATERIALIZED (
+            SELECT x.id, x.key, x.run_at, x.seq,
+                row_number() OVER (ORDER BY x.run_at, x.seq) AS o
+            FROM ((SELECT d.id, d.key, d.run_at, d.seq FROM __SCHEMA__.entries d
+                   WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                     AND (d.key IS NOT NULL OR d.priority <> 0) AND d.priority = v_level
+                     AND d.run_at <= p_now
+                   ORDER BY d.run_at, d.seq LIMIT v_window + 1)
+                  UNION ALL
+                  (SELECT d.id, d.key, d.run_at, d.seq FROM __SCHEMA__.entries d
+                   WHERE v_level = 0 AND d.queue = p_queue AND d.run_at IS NOT NULL
+                     AND d.key IS NULL AND d.priority = 0 AND d.run_at <= p_now
+                   ORDER BY d.run_at, d.seq LIMIT v_window + 1)
+                  ORDER BY run_at, seq LIMIT v_window + 1) AS x
+        ), f AS (
+            SELECT w.*, row_number() OVER (PARTITION BY w.key ORDER BY w.o) AS rank
+            FROM w WHERE w.o <= v_window
+        )
+        SELECT (SELECT count(*) FROM w) > v_window,
+               (SELECT w.run_at FROM w WHERE w.o = v_window),
+               (SELECT w.seq FROM w WHERE w.o = v_window),
+               array_agg(f.id ORDER BY f.o), array_agg(f.key ORDER BY f.o),
+               array_agg(f.run_at ORDER BY f.o), array_agg(f.seq ORDER BY f.o)
+        INTO v_truncated, v_end_run, v_end_seq, c_ids, c_keys, c_runs, c_seqs
+        FROM f WHERE f.key IS NULL OR f.rank = 1;
+        g_keys := '{}'; g_runs := '{}'; g_seqs := '{}';
+        v_phase := 1;
+        LOOP
+            FOR v_c IN 1 .. coalesce(cardinality(c_ids), 0) LOOP
+                EXIT levels WHEN v_taken >= p_max OR v_full;
+                v_key := c_keys[v_c];
+                v_i := NULL;
+                IF v_key IS NOT NULL THEN
+                    v_i := array_position(k_names, v_key);
+                    IF v_i IS NULL THEN
+                        v_lim := __SCHEMA__.limit_of(p_queue, v_key);
+                        k_names := k_names || v_key;
+                        v_i := cardinality(k_names);
+                        k_most := k_most || nullif(split_part(v_lim, ',', 1), '')::bigint;
+                        k_rate := k_rate || nullif(split_part(v_lim, ',', 2), '')::bigint;
+                        k_per := k_per || nullif(split_part(v_lim, ',', 3), '')::bigint;
+                        k_held := k_held || 0::bigint;
+                        k_begun := k_begun || 0::bigint;
+                        k_taken := k_taken || 0;
+                        k_started := k_started || 0;
+                        IF k_rate[v_i] IS NULL OR k_per[v_i] IS NULL THEN
+                            k_rate[v_i] := NULL;
+                            k_per[v_i] := NULL;
+                        END IF;
+                        k_state := k_state || CASE WHEN k_most[v_i] IS NULL
+                            AND k_rate[v_i] IS NULL THEN 'u' ELSE 'c' END;
+                    END IF;
+                    IF k_state[v_i] = 'c' THEN
+                        -- Counted without the lock, then under it.
+                        FOR v_pass IN 1 .. 2 LOOP
+                            v_held := 0;
+                            v_begun := 0;
+                            IF k_most[v_i] IS NOT NULL THEN
+                                SELECT count(*) INTO v_held FROM __SCHEMA__.entries d
+                                WHERE d.queue = p_queue AND d.key = v_key
+                                  AND d.token IS NOT NULL AND d.run_at > p_now;
+                            END IF;
+                            IF k_rate[v_i] IS NOT NULL THEN
+                                SELECT coalesce((SELECT count(*) FROM unnest(s.starts) AS x
+                                                 WHERE x > p_now - k_per[v_i]), 0)
+                                INTO v_begun FROM __SCHEMA__.key_starts s
+                                WHERE s.queue = p_queue AND s.key = v_key;
+                                v_begun := coalesce(v_begun, 0);
+                            END IF;
+                            IF v_held >= coalesce(k_most[v_i], v_held + 1)
+                               OR v_begun >= coalesce(k_rate[v_i], v_begun + 1) THEN
+                                k_state[v_i] := 'r';
+                                EXIT;
+                            END IF;
+                            IF v_pass = 2 THEN
+                                k_state[v_i] := 'a';
+                                k_held[v_i] := v_held;
+                                k_begun[v_i] := v_begun;
+                            ELSIF NOT pg_try_advisory_xact_lock(hashtext('__SCHEMA__ key'),
+                                                                hashtext(p_queue || '/' || v_key)) THEN
+                                k_state[v_i] := 'l';
+                                v_skipped := true;
+                                EXIT;
+                            END IF;
+                        END LOOP;
+                    END IF;
+                    IF k_state[v_i] = 'a'
+                       AND (k_held[v_i] + k_taken[v_i] >= coalesce(k_most[v_i], k_held[v_i] + k_taken[v_i] + 1)
+                            OR k_begun[v_i] + k_taken[v_i] >= coalesce(k_rate[v_i], k_begun[v_i] + k_taken[v_i] + 1)) THEN
+                        k_state[v_i] := 'r';
+                    END IF;
+                    CONTINUE WHEN k_state[v_i] IN ('r', 'l');
+                    -- The key's first due entry from the candidate on that no
+                    -- other transaction holds.
+                    SELECT * INTO e FROM __SCHEMA__.entries d
+                    WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                      AND (d.key IS NOT NULL OR d.priority <> 0) AND d.key = v_key
+                      AND d.priority = v_level AND d.run_at <= p_now
+                      AND (d.run_at, d.seq) >= (c_runs[v_c], c_seqs[v_c])
+                    ORDER BY d.run_at, d.seq LIMIT 1 FOR UPDATE SKIP LOCKED;
+                ELSE
+                    SELECT * INTO e FROM __SCHEMA__.entries d
+                    WHERE d.queue = p_queue AND d.id = c_ids[v_c] AND d.key IS NULL
+                      AND d.priority = v_level AND d.run_at <= p_now
+                    FOR UPDATE SKIP LOCKED;
+                END IF;
+                IF NOT FOUND THEN
+                    v_skipped := true;
+                    CONTINUE;
+                END IF;
+                v_rec := NULL;
+                IF e.tick IS NOT NULL THEN
+                    SELECT s.rec INTO v_rec FROM __SCHEMA__.schedules s
+                    WHERE s.queue = p_queue AND s.name = e.id;
+                END IF;
+                v_attempts := coalesce(e.max_attempts, p_limit);
+                e.attempt := e.attempt + 1;
+                e.deadline := coalesce(e.tick, e.run_at);
+                IF v_attempts > 0 AND e.attempt > v_attempts
+                   AND NOT coalesce(left(v_rec, 2) = 'c,', false) THEN
+                    e.attempt := v_attempts;
+                    v_next := NULL;
+                    IF v_rec IS NOT NULL THEN
+                        SELECT t.state, t.next INTO v_state, v_next
+                        FROM __SCHEMA__.next_tick(v_rec, e.tick, NULL, p_now, NULL) t;
+                    END IF;
+                    PERFORM __SCHEMA__.bury(p_queue, e,
+                        'not acked after ' || v_attempts || ' deliveries', p_now);
+                    IF e.tick IS NOT NULL THEN
+                        PERFORM __SCHEMA__.place_tick(p_queue, p_channel, e.id, v_next);
+                    END IF;
+                ELSE
+                    IF cardinality(ids) > 0 AND v_bytes + octet_length(e.value) > v_max_bytes THEN
+                        v_full := true;
+                        EXIT levels;
+                    END IF;
+                    v_bytes := v_bytes + octet_length(e.value);
+                    UPDATE __SCHEMA__.entries d SET run_at = v_lease_end, attempt = e.attempt,
+                        deadline = e.deadline, token = p_token, since = p_now
+                    WHERE d.queue = p_queue AND d.id = e.id;
+                    ids := ids || e.id; vals := vals || e.value; attempts := attempts || e.attempt;
+                    deadlines := deadlines || e.deadline; lease_ends := lease_ends || v_lease_end;
+                    schedule_recs := schedule_recs || v_rec;
+                    whys := whys || CASE WHEN v_attempts > 0 AND e.attempt > v_attempts
+                        THEN 'not acked after ' || v_attempts || ' deliveries' END;
+                    keys := keys || e.key;
+                    priorities := priorities || e.priority;
+                    IF v_i IS NOT NULL THEN
+                        k_started[v_i] := k_started[v_i] + 1;
+                    END IF;
+                END IF;
+                v_taken := v_taken + 1;
+                IF v_i IS NOT NULL THEN
+                    k_taken[v_i] := k_taken[v_i] + 1;
+                    g_keys := g_keys || v_key;
+                    g_runs := g_runs || e.run_at;
+                    g_seqs := g_seqs || e.seq;
+                END IF;
+            END LOOP;
+            EXIT levels WHEN v_taken >= p_max OR v_full;
+            IF v_phase = 1 AND v_truncated THEN
+                -- The rest of round 1, beyond the window: the first due
+                -- entry of each key met there, and the keyless entries.
+                v_phase := 2;
+                v_need := p_max - v_taken + 16;
+                SELECT array_agg(r.id ORDER BY r.run_at, r.seq),
+                       array_agg(r.key ORDER BY r.run_at, r.seq),
+                       array_agg(r.run_at ORDER BY r.run_at, r.seq),
+                       array_agg(r.seq ORDER BY r.run_at, r.seq)
+                INTO c_ids, c_keys, c_runs, c_seqs
+                FROM ((SELECT h.id, h.key, h.run_at, h.seq FROM (
+                           WITH RECURSIVE ks(key) AS (
+                               (SELECT d.key FROM __SCHEMA__.entries d
+                                WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                                  AND (d.key IS NOT NULL OR d.priority <> 0)
+                                  AND d.key IS NOT NULL
+                                ORDER BY d.key LIMIT 1)
+                               UNION ALL
+                               SELECT (SELECT d.key FROM __SCHEMA__.entries d
+                                       WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                                         AND (d.key IS NOT NULL OR d.priority <> 0)
+                                         AND d.key > ks.key
+                                       ORDER BY d.key LIMIT 1)
+                               FROM ks WHERE ks.key IS NOT NULL
+                           )
+                           SELECT n.id, n.key, n.run_at, n.seq FROM ks
+                           CROSS JOIN LATERAL (
+                               SELECT d.id, d.key, d.run_at, d.seq FROM __SCHEMA__.entries d
+                               WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                                 AND (d.key IS NOT NULL OR d.priority <> 0) AND d.key = ks.key
+                                 AND d.priority = v_level AND d.run_at <= p_now
+                               ORDER BY d.run_at, d.seq LIMIT 1) AS n
+                           WHERE ks.key IS NOT NULL) AS h
+                       WHERE (h.run_at, h.seq) > (v_end_run, v_end_seq))
+                      UNION ALL
+                      (SELECT d.id, d.key, d.run_at, d.seq FROM __SCHEMA__.entries d
+                       WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                         AND (d.key IS NOT NULL OR d.priority <> 0) AND d.key IS NULL
+                         AND d.priority = v_level AND d.run_at <= p_now
+                         AND (d.run_at, d.seq) > (v_end_run, v_end_seq)
+                       ORDER BY d.run_at, d.seq LIMIT v_need)
+                      UNION ALL
+                      (SELECT d.id, d.key, d.run_at, d.seq FROM __SCHEMA__.entries d
+                       WHERE v_level = 0 AND d.queue = p_queue AND d.run_at IS NOT NULL
+                         AND d.key IS NULL AND d.priority = 0 AND d.run_at <= p_now
+                         AND (d.run_at, d.seq) > (v_end_run, v_end_seq)
+                       ORDER BY d.run_at, d.seq LIMIT v_need)) AS r;
+            ELSE
+                -- The next round: the next due entry of each key that gave.
+                v_phase := 3;
+                EXIT WHEN cardinality(g_keys) = 0;
+                SELECT array_agg(n.id ORDER BY n.run_at, n.seq),
+                       array_agg(n.key ORDER BY n.run_at, n.seq),
+                       array_agg(n.run_at ORDER BY n.run_at, n.seq),
+                       array_agg(n.seq ORDER BY n.run_at, n.seq)
+                INTO c_ids, c_keys, c_runs, c_seqs
+                FROM (SELECT DISTINCT ON (x.key) x.key, x.run_at, x.seq
+                      FROM unnest(g_keys, g_runs, g_seqs) AS x(key, run_at, seq)
+                      ORDER BY x.key, x.run_at DESC, x.seq DESC) AS g
+                CROSS JOIN LATERAL (
+                    SELECT d.id, d.key, d.run_at, d.seq FROM __SCHEMA__.entries d
+                    WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                      AND (d.key IS NOT NULL OR d.priority <> 0) AND d.key = g.key
+                      AND d.priority = v_level AND d.run_at <= p_now
+                      AND (d.run_at, d.seq) > (g.run_at, g.seq)
+                    ORDER BY d.run_at, d.seq LIMIT 1) AS n;
+                g_keys := '{}'; g_runs := '{}'; g_seqs := '{}';
+            END IF;
+        END LOOP;
+    END LOOP;
+    more := p_max > 0 AND (v_taken >= p_max OR v_full);
+    -- The starts of the keys with a rate (each admitted: its lock held):
+    -- their last `max`, none older than `per`.
+    FOR v_i IN 1 .. coalesce(cardinality(k_names), 0) LOOP
+        IF k_started[v_i] > 0 AND k_rate[v_i] IS NOT NULL THEN
+            INSERT INTO __SCHEMA__.key_starts AS s (queue, key, starts)
+            VALUES (p_queue, k_names[v_i], array_fill(p_now, ARRAY[k_started[v_i]]))
+            ON CONFLICT (queue, key) DO UPDATE SET starts = ARRAY(
+                SELECT t.x FROM (SELECT x FROM unnest(s.starts || excluded.starts) AS x
+                                 WHERE x > p_now - k_per[v_i]
+                                 ORDER BY x DESC LIMIT k_rate[v_i]) AS t
+                ORDER BY t.x);
+        END IF;
+    END LOOP;
+    IF more THEN
+        head := p_now;
+        RETURN;
+    END IF;
+    head := __SCHEMA__.next_after(p_queue, p_now);
+    -- When each key refused for its rate admits one more: `per` after the
+    -- oldest of its last `max` starts.
+    FOR v_i IN 1 .. coalesce(cardinality(k_names), 0) LOOP
+        IF k_state[v_i] = 'r' AND k_rate[v_i] > 0 THEN
+            v_open := (SELECT x FROM __SCHEMA__.key_starts s, unnest(s.starts) AS x
+                       WHERE s.queue = p_queue AND s.key = k_names[v_i] AND x > p_now - k_per[v_i]
+                       ORDER BY x DESC OFFSET k_rate[v_i] - 1 LIMIT 1) + k_per[v_i];
+            head := least(head, v_open);
+        END IF;
+    END LOOP;
+    locked := v_skipped;
+END $$;
+
 -- CLAIM: applies ops (see finish_all), then leases up to `p_max` due
 -- entries, in order, for `p_lease` ms to the claim `p_token`. An entry past
--- `p_limit` deliveries goes to the dead letters instead (a cron tick is
--- handed out with a reason to bury it in `whys`: its successor needs the
--- client's cron instants). `p_recover` (NULL unless): the claim is sent
--- again after its reply was lost, and its leases end at `p_recover` or
--- later; what it leased then is returned, if it ran. Rows locked
--- by other claims are skipped, so claims never wait on each other.
--- `head`: when the head is due after the claim (NULL: empty queue);
--- `more`: more entries were due than taken; `locked`: due entries were
--- skipped, locked by another transaction (`head` is then the first entry
--- not yet due). A claim commits durably, like every write: a crash of the
--- server must not forget a lease whose handler already runs (the entry
--- would be due again at once, and run twice side by side). The values it
--- returns add up to at most 16 MiB (or one entry; `more` is then set): an
--- array holds at most 1 GB, and a consumer with many free places and large
--- values would otherwise ask for the same batch forever.
+-- its deliveries (its own max_attempts, else `p_limit`) goes to the dead
+-- letters instead (a cron tick is handed out with a reason to bury it in
+-- `whys`: its successor needs the client's cron instants). `p_recover`
+-- (NULL unless): the claim is sent again after its reply was lost, and its
+-- leases end at `p_recover` or later; what it leased then is returned, if
+-- it ran. Rows locked by other claims are skipped, so claims never wait on
+-- each other. `head`: when the head is due after the claim (NULL: empty
+-- queue); `more`: more entries were due than taken; `locked`: due entries
+-- were skipped, locked by another transaction (`head` is then the first
+-- entry not yet due). `keys` and `priorities`: those of each entry leased.
+-- A claim commits durably, like every write: a crash of the server must
+-- not forget a lease whose handler already runs (the entry would be due
+-- again at once, and run twice side by side). The values it returns add up
+-- to at most 16 MiB (or one entry; `more` is then set): an array holds at
+-- most 1 GB, and a consumer with many free places and large values would
+-- otherwise ask for the same batch forever.
+--
+-- While no special entry (one with a key or a priority other than 0) is
+-- due, which one probe of entries_special tells, the claim walks the plain
+-- entries in due order, as it did before keys existed; otherwise it is
+-- claim_fair's. (A special entry that a writer commits while a plain claim
+-- runs is announced by the writer, and taken by the next claim.)
 CREATE OR REPLACE FUNCTION __SCHEMA__.claim(p_queue text, p_channel text, p_max integer,
     p_lease bigint, p_limit integer, p_token text, p_recover bigint,
     p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[], p_reasons text[],
@@ -660,11 +1427,12 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.claim(p_queue text, p_channel text, p_max 
     OUT now bigint, OUT head bigint, OUT more boolean, OUT locked boolean,
     OUT results integer[], OUT cron_from bigint[], OUT recs text[],
     OUT ids text[], OUT vals text[], OUT attempts integer[], OUT deadlines bigint[],
-    OUT lease_ends bigint[], OUT schedule_recs text[], OUT whys text[])
+    OUT lease_ends bigint[], OUT schedule_recs text[], OUT whys text[],
+    OUT keys text[], OUT priorities smallint[])
 LANGUAGE plpgsql AS $$
 DECLARE
     v_lease_end bigint;
-    v_limit_reason text := 'not acked after ' || p_limit || ' deliveries';
+    v_limit integer;
     e __SCHEMA__.entries;
     v_rec text;
     v_state text;
@@ -673,6 +1441,7 @@ DECLARE
     v_bytes bigint := 0;
     v_max_bytes constant bigint := 16 * 1024 * 1024;
     v_due refcursor;
+    v_special bigint;
 BEGIN
     now := __SCHEMA__.now_ms();
     v_lease_end := now + p_lease;
@@ -689,7 +1458,7 @@ BEGIN
             p_tokens, p_ms, p_reasons, p_cands) f;
     END IF;
     ids := '{}'; vals := '{}'; attempts := '{}'; deadlines := '{}'; lease_ends := '{}';
-    schedule_recs := '{}'; whys := '{}';
+    schedule_recs := '{}'; whys := '{}'; keys := '{}'; priorities := '{}';
     IF p_recover IS NULL THEN
         -- A first sending that lands after its claim was given up on ('G'
         -- in finish_one) or sent again leases nothing.
@@ -711,11 +1480,13 @@ BEGIN
                  ORDER BY d.deadline, d.seq LOOP
             SELECT s.rec INTO v_rec FROM __SCHEMA__.schedules s
             WHERE e.tick IS NOT NULL AND s.queue = p_queue AND s.name = e.id;
+            v_limit := coalesce(e.max_attempts, p_limit);
             ids := ids || e.id; vals := vals || e.value; attempts := attempts || e.attempt;
             deadlines := deadlines || e.deadline; lease_ends := lease_ends || e.run_at;
             schedule_recs := schedule_recs || v_rec;
-            whys := whys || CASE WHEN p_limit > 0 AND e.attempt > p_limit
-                THEN v_limit_reason END;
+            whys := whys || CASE WHEN v_limit > 0 AND e.attempt > v_limit
+                THEN 'not acked after ' || v_limit || ' deliveries' END;
+            keys := keys || e.key; priorities := priorities || e.priority;
         END LOOP;
         IF array_length(ids, 1) > 0 THEN
             -- Entries may be due now: the client asks again at once then.
@@ -732,10 +1503,23 @@ BEGIN
                WHERE q.queue = p_queue AND q.paused_at IS NOT NULL) THEN
         RETURN;
     END IF;
+    v_special := (SELECT d.run_at FROM __SCHEMA__.entries d
+                  WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                    AND (d.key IS NOT NULL OR d.priority <> 0)
+                  ORDER BY d.run_at, d.seq LIMIT 1);
+    IF v_special <= now THEN
+        SELECT f.head, f.more, f.locked, f.ids, f.vals, f.attempts, f.deadlines, f.lease_ends,
+               f.schedule_recs, f.whys, f.keys, f.priorities
+        INTO head, more, locked, ids, vals, attempts, deadlines, lease_ends, schedule_recs,
+             whys, keys, priorities
+        FROM __SCHEMA__.claim_fair(p_queue, p_max, p_lease, p_limit, p_token, p_channel, now) f;
+        RETURN;
+    END IF;
     -- One more than asked: if it comes, more are due. (A cursor, so that
     -- each lease updates the row it points at, with no index lookup.)
     OPEN v_due FOR SELECT * FROM __SCHEMA__.entries d
-        WHERE d.queue = p_queue AND d.run_at <= (SELECT now)
+        WHERE d.queue = p_queue AND d.run_at <= (SELECT now) AND d.key IS NULL
+          AND d.priority = 0
         ORDER BY d.run_at, d.seq
         LIMIT p_max + 1 FOR UPDATE SKIP LOCKED;
     LOOP
@@ -752,16 +1536,18 @@ BEGIN
             SELECT s.rec INTO v_rec FROM __SCHEMA__.schedules s
             WHERE s.queue = p_queue AND s.name = e.id;
         END IF;
+        v_limit := coalesce(e.max_attempts, p_limit);
         e.attempt := e.attempt + 1;
         e.deadline := coalesce(e.tick, e.run_at);
-        IF p_limit > 0 AND e.attempt > p_limit AND NOT coalesce(left(v_rec, 2) = 'c,', false) THEN
-            e.attempt := p_limit;
+        IF v_limit > 0 AND e.attempt > v_limit AND NOT coalesce(left(v_rec, 2) = 'c,', false) THEN
+            e.attempt := v_limit;
             v_next := NULL;
             IF v_rec IS NOT NULL THEN
                 SELECT t.state, t.next INTO v_state, v_next
                 FROM __SCHEMA__.next_tick(v_rec, e.tick, NULL, now, NULL) t;
             END IF;
-            PERFORM __SCHEMA__.bury(p_queue, e, v_limit_reason, now);
+            PERFORM __SCHEMA__.bury(p_queue, e, 'not acked after ' || v_limit || ' deliveries',
+                now);
             IF e.tick IS NOT NULL THEN
                 PERFORM __SCHEMA__.place_tick(p_queue, p_channel, e.id, v_next);
             END IF;
@@ -778,21 +1564,33 @@ BEGIN
             ids := ids || e.id; vals := vals || e.value; attempts := attempts || e.attempt;
             deadlines := deadlines || e.deadline; lease_ends := lease_ends || v_lease_end;
             schedule_recs := schedule_recs || v_rec;
-            whys := whys || CASE WHEN p_limit > 0 AND e.attempt > p_limit
-                THEN v_limit_reason END;
+            whys := whys || CASE WHEN v_limit > 0 AND e.attempt > v_limit
+                THEN 'not acked after ' || v_limit || ' deliveries' END;
         END IF;
     END LOOP;
     CLOSE v_due;
+    -- Plain entries only: no key, priority 0.
+    keys := array_fill(NULL::text, ARRAY[cardinality(ids)]);
+    priorities := array_fill(0::smallint, ARRAY[cardinality(ids)]);
     IF NOT more THEN
-        head := __SCHEMA__.head(p_queue);
+        -- The first special entry is the one seen above, not yet due (one
+        -- committed since, due now, was announced by its writer).
+        head := (SELECT d.run_at FROM __SCHEMA__.entries d
+                 WHERE d.queue = p_queue AND d.run_at IS NOT NULL AND d.key IS NULL
+                   AND d.priority = 0
+                 ORDER BY d.run_at, d.seq LIMIT 1);
         IF head <= now THEN
             -- Due rows the claim skipped are locked by another transaction
             -- (a claim, a caller's remove_in), which may end either way
-            -- without a notification: the client asks again soon, and waits
-            -- for the first row not yet due otherwise.
+            -- without a notification: the client asks again soon, and
+            -- waits for the first row not yet due otherwise.
             locked := true;
-            head := __SCHEMA__.next_after(p_queue, now);
+            head := (SELECT d.run_at FROM __SCHEMA__.entries d
+                     WHERE d.queue = p_queue AND d.run_at > now AND d.key IS NULL
+                       AND d.priority = 0
+                     ORDER BY d.run_at, d.seq LIMIT 1);
         END IF;
+        head := least(head, v_special);
     END IF;
 END $$;
 
@@ -922,13 +1720,47 @@ RETURNS TABLE (name text, rec text, value text, next bigint) LANGUAGE sql STABLE
     WHERE s.queue = p_queue ORDER BY s.name
 $$;
 
--- PURGE: deletes every entry and schedule of the queue.
+-- PURGE: deletes every entry and schedule of the queue, its key limits,
+-- the starts its keys' rates count and its unique windows.
 -- (Schedules before entries: the order schedule() and remove() lock them.)
 CREATE OR REPLACE FUNCTION __SCHEMA__.purge(p_queue text) RETURNS void LANGUAGE sql AS $$
     DELETE FROM __SCHEMA__.schedules WHERE queue = p_queue;
     DELETE FROM __SCHEMA__.entries WHERE queue = p_queue;
     DELETE FROM __SCHEMA__.queues WHERE queue = p_queue;
+    DELETE FROM __SCHEMA__.key_limits WHERE queue = p_queue;
+    DELETE FROM __SCHEMA__.key_starts WHERE queue = p_queue;
+    DELETE FROM __SCHEMA__.uniques WHERE queue = p_queue;
 $$;
+
+-- SET_LIMIT: sets the limit of key `p_key` ('*': the default) to `p_limit`
+-- ('<concurrency>,<rate max>,<rate per ms>', each empty for no bound), or
+-- removes it (NULL). Whether that changed anything; a change is announced
+-- (entries held by the old limit may run now), and a key (not the
+-- default) left without a rate forgets its starts. Claims read the limits
+-- without a lock: those running now follow the old one.
+CREATE OR REPLACE FUNCTION __SCHEMA__.set_limit(p_queue text, p_channel text, p_key text,
+    p_limit text) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_changed boolean;
+BEGIN
+    IF p_limit IS NULL THEN
+        DELETE FROM __SCHEMA__.key_limits l WHERE l.queue = p_queue AND l.key = p_key;
+        v_changed := FOUND;
+    ELSE
+        INSERT INTO __SCHEMA__.key_limits AS l (queue, key, lim) VALUES (p_queue, p_key, p_limit)
+        ON CONFLICT (queue, key) DO UPDATE SET lim = excluded.lim
+        WHERE l.lim IS DISTINCT FROM excluded.lim;
+        v_changed := FOUND;
+    END IF;
+    IF v_changed THEN
+        IF p_key <> '*'
+           AND coalesce(split_part(__SCHEMA__.limit_of(p_queue, p_key), ',', 2), '') = '' THEN
+            DELETE FROM __SCHEMA__.key_starts s WHERE s.queue = p_queue AND s.key = p_key;
+        END IF;
+        PERFORM pg_notify(p_channel, __SCHEMA__.now_ms()::text);
+    END IF;
+    RETURN v_changed;
+END $$;
 
 -- PAUSE: pauses (`p_pause`) or resumes the queue: while paused, claims
 -- lease nothing, in every process. The lock waits for the claims running
@@ -956,17 +1788,28 @@ END $$;
 
 -- DEAD_ALL: puts every dead letter back as pending, `p_ms` from now,
 -- attempts reset, in their order of death (`p_requeue`), or deletes them
--- all. How many.
+-- all (those with a unique window keep their ids taken for it). How many.
 CREATE OR REPLACE FUNCTION __SCHEMA__.dead_all(p_queue text, p_channel text, p_requeue boolean,
     p_ms bigint) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     v_at bigint := __SCHEMA__.now_ms() + p_ms;
     v_old_head bigint := __SCHEMA__.next_after(p_queue, __SCHEMA__.now_ms());
     v_n bigint;
+    v_ids text[];
+    v_ms bigint[];
 BEGIN
     IF NOT p_requeue THEN
-        DELETE FROM __SCHEMA__.entries d WHERE d.queue = p_queue AND d.run_at IS NULL;
-        GET DIAGNOSTICS v_n = ROW_COUNT;
+        -- Dead letters with a unique window keep their ids taken for it.
+        WITH gone AS (
+            DELETE FROM __SCHEMA__.entries d WHERE d.queue = p_queue AND d.run_at IS NULL
+            RETURNING d.id, d.unique_ms
+        )
+        SELECT count(*), array_agg(g.id) FILTER (WHERE g.unique_ms IS NOT NULL),
+               array_agg(g.unique_ms) FILTER (WHERE g.unique_ms IS NOT NULL)
+        INTO v_n, v_ids, v_ms FROM gone g;
+        IF v_ids IS NOT NULL THEN
+            PERFORM __SCHEMA__.keep_taken(p_queue, v_ids, v_ms, __SCHEMA__.now_ms());
+        END IF;
         RETURN v_n;
     END IF;
     WITH dead AS MATERIALIZED (
@@ -988,13 +1831,14 @@ END $$;
 -- PAGE: up to `p_limit` entries in state `p_state` ('p' pending, 'd' due,
 -- 'l' leased, 'x' dead) after (`p_score`, `p_seq`) in that state's order:
 -- (run_at, seq) for the live states (run_at: due time, or lease end),
--- (died_at, seq) for the dead. Each page is one index range scan:
--- entries_due (due, and pending, which steps over the leased entries
--- among them), entries_leased, entries_dead.
+-- (died_at, seq) for the dead. Each page is an index range scan, or two
+-- merged: entries_plain and entries_special (due, and pending, which steps
+-- over the leased entries among them), entries_leased, entries_dead.
 CREATE OR REPLACE FUNCTION __SCHEMA__.page(p_queue text, p_state text, p_score bigint,
     p_seq bigint, p_limit integer)
 RETURNS TABLE (o_now bigint, o_id text, o_score bigint, o_seq bigint, o_attempt integer,
-    o_deadline bigint, o_tick boolean, o_reason text, o_value text)
+    o_deadline bigint, o_tick boolean, o_reason text, o_value text, o_key text,
+    o_priority smallint)
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v_now bigint := __SCHEMA__.now_ms();
@@ -1007,29 +1851,45 @@ BEGIN
         v_seq := 9223372036854775807;
     END IF;
     IF p_state = 'd' THEN
-        RETURN QUERY SELECT v_now, e.id, e.run_at, e.seq, e.attempt, e.deadline,
-            e.tick IS NOT NULL, e.reason, e.value
-        FROM __SCHEMA__.entries e
-        WHERE e.queue = p_queue AND e.run_at IS NOT NULL AND e.run_at <= v_now
-          AND (e.run_at, e.seq) > (v_score, v_seq)
-        ORDER BY e.run_at, e.seq LIMIT p_limit;
+        RETURN QUERY SELECT v_now, x.id, x.run_at, x.seq, x.attempt, x.deadline,
+            x.tick IS NOT NULL, x.reason, x.value, x.key, x.priority
+        FROM ((SELECT e.* FROM __SCHEMA__.entries e
+               WHERE e.queue = p_queue AND e.run_at IS NOT NULL AND e.key IS NULL
+                 AND e.priority = 0 AND e.run_at <= v_now
+                 AND (e.run_at, e.seq) > (v_score, v_seq)
+               ORDER BY e.run_at, e.seq LIMIT p_limit)
+              UNION ALL
+              (SELECT e.* FROM __SCHEMA__.entries e
+               WHERE e.queue = p_queue AND e.run_at IS NOT NULL
+                 AND (e.key IS NOT NULL OR e.priority <> 0) AND e.run_at <= v_now
+                 AND (e.run_at, e.seq) > (v_score, v_seq)
+               ORDER BY e.run_at, e.seq LIMIT p_limit)) AS x
+        ORDER BY x.run_at, x.seq LIMIT p_limit;
     ELSIF p_state = 'p' THEN
-        RETURN QUERY SELECT v_now, e.id, e.run_at, e.seq, e.attempt, e.deadline,
-            e.tick IS NOT NULL, e.reason, e.value
-        FROM __SCHEMA__.entries e
-        WHERE e.queue = p_queue AND e.run_at IS NOT NULL AND e.token IS NULL
-          AND (e.run_at, e.seq) > (v_score, v_seq)
-        ORDER BY e.run_at, e.seq LIMIT p_limit;
+        RETURN QUERY SELECT v_now, x.id, x.run_at, x.seq, x.attempt, x.deadline,
+            x.tick IS NOT NULL, x.reason, x.value, x.key, x.priority
+        FROM ((SELECT e.* FROM __SCHEMA__.entries e
+               WHERE e.queue = p_queue AND e.run_at IS NOT NULL AND e.key IS NULL
+                 AND e.priority = 0 AND e.token IS NULL
+                 AND (e.run_at, e.seq) > (v_score, v_seq)
+               ORDER BY e.run_at, e.seq LIMIT p_limit)
+              UNION ALL
+              (SELECT e.* FROM __SCHEMA__.entries e
+               WHERE e.queue = p_queue AND e.run_at IS NOT NULL
+                 AND (e.key IS NOT NULL OR e.priority <> 0) AND e.token IS NULL
+                 AND (e.run_at, e.seq) > (v_score, v_seq)
+               ORDER BY e.run_at, e.seq LIMIT p_limit)) AS x
+        ORDER BY x.run_at, x.seq LIMIT p_limit;
     ELSIF p_state = 'l' THEN
         RETURN QUERY SELECT v_now, e.id, e.run_at, e.seq, e.attempt, e.deadline,
-            e.tick IS NOT NULL, e.reason, e.value
+            e.tick IS NOT NULL, e.reason, e.value, e.key, e.priority
         FROM __SCHEMA__.entries e
         WHERE e.queue = p_queue AND e.token IS NOT NULL
           AND (e.run_at, e.seq) > (v_score, v_seq)
         ORDER BY e.run_at, e.seq LIMIT p_limit;
     ELSE
         RETURN QUERY SELECT v_now, e.id, e.died_at, e.seq, e.attempt, e.deadline,
-            e.tick IS NOT NULL, e.reason, e.value
+            e.tick IS NOT NULL, e.reason, e.value, e.key, e.priority
         FROM __SCHEMA__.entries e
         WHERE e.queue = p_queue AND e.run_at IS NULL
           AND (e.died_at, e.seq) > (v_score, v_seq)
