@@ -424,3 +424,59 @@ common::stores::on_durable_stores! {
         assert!(d.ack().await.unwrap());
     }
 }
+
+/// Claiming ahead (`WorkerBuilder::prefetch`).
+mod ahead {
+    use super::*;
+
+    crate::common::stores::on_every_store! {
+        /// With `prefetch`, a worker with a backlog claims beyond its free
+        /// places (more leased than it runs), never runs more than its
+        /// concurrency at once, runs each entry once, and gives what it claimed
+        /// ahead back at once at shutdown (due again, no attempt counted).
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_worker_claims_ahead_within_its_window_and_gives_it_back() {
+            let store = Store::start();
+            let q: Q<u32> = store.builder("ahead").lease(HOUR).build().await.unwrap();
+            let all: Vec<(u32, Duration)> = (0..40).map(|n| (n, Duration::ZERO)).collect();
+            q.insert_many(&all).await.unwrap();
+            let running = Arc::new(AtomicUsize::new(0));
+            let most = Arc::new(AtomicUsize::new(0));
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let gate = Arc::new(tokio::sync::Semaphore::new(0));
+            let worker = Worker::builder(q.clone()).concurrency(2).prefetch(6).spawn({
+                let (running, most, seen, gate) = (running.clone(), most.clone(), seen.clone(), gate.clone());
+                move |job: Job<u32>| {
+                    let (running, most, seen, gate) = (running.clone(), most.clone(), seen.clone(), gate.clone());
+                    async move {
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        seen.lock().unwrap().push((*job.value(), job.attempt()));
+                        gate.acquire().await.unwrap().forget();
+                        running.fetch_sub(1, Ordering::SeqCst);
+                        Ok::<(), String>(())
+                    }
+                }
+            });
+            // Let a few through so the first claim sees its backlog.
+            gate.add_permits(4);
+            eventually("claimed ahead", || async { q.stats().await.unwrap().leased > 2 }).await;
+            let leased = q.stats().await.unwrap().leased;
+            assert!(leased <= 8, "{STORE}: {leased} leased by a worker of 2 places and 6 ahead");
+            let stats = worker.shutdown(ms(200)).await;
+            gate.add_permits(100);
+            assert!(most.load(Ordering::SeqCst) <= 2, "{STORE}: ran more than its places");
+            let after = q.stats().await.unwrap();
+            assert_eq!(after.leased, 0, "{STORE}: claimed ahead and kept");
+            assert_eq!(u64::try_from(40 - stats.completed).unwrap(), after.due, "{STORE}");
+            // What came back was never started: its next delivery is attempt 1.
+            let started: Vec<u32> = seen.lock().unwrap().iter().map(|&(v, _)| v).collect();
+            while let Some(d) = q.try_take().await.unwrap() {
+                if !started.contains(d.value()) {
+                    assert_eq!(d.attempt(), 1, "{STORE}: a prefetched entry was counted");
+                }
+                d.ack().await.unwrap();
+            }
+        }
+    }
+}

@@ -248,6 +248,11 @@ pub(super) struct Engine<Q: Durable, H, Fut> {
     failing: Failing,
     /// Whether entries may be due now; else the engine waits for `next_due`.
     due: bool,
+    /// How many entries it may claim beyond its free places while a backlog
+    /// lasts (`WorkerBuilder::prefetch`), and whether one does: the last
+    /// claim came back full.
+    ahead: usize,
+    backlog: bool,
     next_due: Instant,
     /// The end of a shutdown's grace.
     stopping: Option<Instant>,
@@ -276,6 +281,7 @@ where
         backoff: Backoff,
         timeout: Option<Duration>,
         label: Option<String>,
+        ahead: usize,
         counters: Arc<Counters>,
         stopped: watch::Receiver<Option<Duration>>,
         answer: watch::Sender<bool>,
@@ -326,6 +332,8 @@ where
             extension: None,
             failing: Failing::default(),
             due: true,
+            ahead,
+            backlog: false,
             next_due: Instant::now(),
             stopping: None,
             last_end: Instant::now(),
@@ -506,10 +514,20 @@ where
         }
         // As many entries as there are free places, no more: an entry due
         // now that this worker could not start at once is left to another
-        // consumer (a replica with free places runs it now).
-        let room = self
-            .concurrency
-            .saturating_sub(self.runs.len() + self.prefetched.len());
+        // consumer (a replica with free places runs it now). But while a
+        // backlog lasts (the last claim came back full), up to `ahead` more,
+        // so that one round trip carries many jobs; claimed again only once
+        // the window is half empty or a place would idle. Their leases are
+        // extended with the runs'; one whose lease may have run out is not
+        // started, and a shutdown gives them back at once.
+        let free = self.concurrency.saturating_sub(self.runs.len());
+        let window = if self.backlog { self.ahead } else { 0 };
+        let held = self.prefetched.len();
+        let room = if free > held || held <= window / 2 {
+            (free + window).saturating_sub(held)
+        } else {
+            0
+        };
         // Where finishes go apart, not beside a request of finishes that
         // failed last (its runs' outcomes are not applied yet); else not
         // beside any request.
@@ -623,6 +641,7 @@ where
                         self.settled(&sent, &batch.done);
                         // A full batch: more may be due at once.
                         self.due = batch.taken.len() >= asked.min(MAX_CLAIM);
+                        self.backlog = self.due || batch.more_due;
                         self.next_due = batch.next_due;
                         if self.next_due <= Instant::now() {
                             self.due = true;

@@ -143,6 +143,7 @@ impl Worker {
             backoff: Backoff::default(),
             timeout: None,
             name: None,
+            prefetch: 0,
         }
     }
 
@@ -206,6 +207,7 @@ pub struct WorkerBuilder<Q> {
     backoff: Backoff,
     timeout: Option<Duration>,
     name: Option<String>,
+    prefetch: usize,
 }
 
 impl<Q: fmt::Debug> fmt::Debug for WorkerBuilder<Q> {
@@ -216,6 +218,7 @@ impl<Q: fmt::Debug> fmt::Debug for WorkerBuilder<Q> {
             .field("backoff", &self.backoff)
             .field("timeout", &self.timeout)
             .field("name", &self.name)
+            .field("prefetch", &self.prefetch)
             .finish()
     }
 }
@@ -245,6 +248,39 @@ impl<Q: Durable> WorkerBuilder<Q> {
     /// with the reason "timed out after `limit`"); default none.
     pub fn timeout(mut self, limit: Duration) -> Self {
         self.timeout = Some(limit);
+        self
+    }
+
+    /// While a backlog lasts, claim up to `n` entries beyond the free
+    /// places, so that one round trip (one commit, on PostgreSQL) carries
+    /// many jobs; default 0: a worker claims as many entries as it has free
+    /// places, and an entry it could not start at once is left to another
+    /// replica. Entries claimed ahead are leased to this worker (their
+    /// leases extended with the runs'), started as places free, never once
+    /// their lease may have run out, and given back at once by a shutdown;
+    /// a crash leaves them to come back after their lease, as any lease.
+    /// Raise it where many jobs wait and the store's round trip, not the
+    /// handlers, bounds the drain; keep it at 0 where replicas should
+    /// share a short queue evenly.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use punctual::durable::Worker;
+    /// use punctual::memory::MemoryQueue;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let imports: MemoryQueue<u64> = MemoryQueue::new("imports");
+    /// let worker = Worker::builder(imports)
+    ///     .concurrency(8)
+    ///     .prefetch(64)
+    ///     .spawn(|_job| async { Ok::<(), String>(()) });
+    /// # worker.shutdown(std::time::Duration::ZERO).await;
+    /// # }
+    /// ```
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.prefetch = n.min(crate::durable::store::MAX_CLAIM);
         self
     }
 
@@ -303,6 +339,7 @@ impl<Q: Durable> WorkerBuilder<Q> {
             self.backoff,
             self.timeout,
             self.name,
+            self.prefetch,
             Arc::clone(&counters),
             stopped,
             answer,
