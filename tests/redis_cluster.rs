@@ -370,3 +370,117 @@ async fn a_slot_migration_under_a_running_worker_acks_every_entry_exactly_once()
         .unwrap();
     assert!(keys_on_target > 0);
 }
+
+/// Keys with limits, priorities, unique windows and a replace on a
+/// cluster, through a seed on another primary: the rules hold, and every
+/// key of the queue (the five that options use included) lies in the
+/// queue's slot, on its primary, and nowhere else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_keep_every_key_of_the_queue_in_its_slot() {
+    use punctual::durable::{InsertOptions, KeyLimit, Rate};
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3, 0))
+        .await
+        .unwrap();
+    let names = cluster.names_on_each_master("options");
+    let name = &names[1];
+    let slot = cluster.slot(&schedule_key(name));
+    let owner = cluster.owner(slot);
+    let seed_url = cluster.url(0);
+    let q = open(&[seed_url.as_str()], name, Duration::from_secs(10)).await;
+
+    let one = KeyLimit {
+        concurrency: Some(1),
+        rate: Some(Rate {
+            max: 100,
+            per: Duration::from_secs(60),
+        }),
+    };
+    assert!(q.set_key_limit("tenant-a", one).await.unwrap());
+    assert!(
+        q.set_default_key_limit(KeyLimit {
+            concurrency: Some(2),
+            rate: None
+        })
+        .await
+        .unwrap()
+    );
+    let mut batch: Vec<(u64, InsertOptions)> = (0..5)
+        .map(|n| (n, InsertOptions::new().key("tenant-a")))
+        .collect();
+    batch.push((10, InsertOptions::new().key("tenant-b").priority(5)));
+    batch.push((20, InsertOptions::new()));
+    batch.push((
+        30,
+        InsertOptions::new()
+            .id("digest")
+            .unique_for(Duration::from_secs(3600)),
+    ));
+    batch.push((
+        40,
+        InsertOptions::new()
+            .id("later")
+            .delay(Duration::from_secs(3600))
+            .replace(true),
+    ));
+    let ids = q.insert_many_with(&batch).await.unwrap();
+    assert!(ids.iter().all(Option::is_some));
+    let debounced = InsertOptions::new()
+        .id("later")
+        .delay(Duration::from_secs(7200))
+        .replace(true)
+        .key("x");
+    assert_eq!(
+        q.insert_with(&41, &debounced).await.unwrap().as_deref(),
+        Some("later")
+    );
+
+    // The highest priority first, one of tenant-a (its concurrency), the
+    // keyless ones.
+    let taken = q.take_many(10).await.unwrap();
+    let values: Vec<u64> = taken.iter().map(|d| *d.value()).collect();
+    assert_eq!(values, [10, 0, 20, 30], "queue {name}");
+    assert_eq!((taken[0].key(), taken[0].priority()), (Some("tenant-b"), 5));
+    for d in taken {
+        assert!(d.ack().await.unwrap());
+    }
+    assert!(
+        q.insert_with(&31, &InsertOptions::new().id("digest"))
+            .await
+            .unwrap()
+            .is_none(),
+        "its window is open"
+    );
+    let next = q.take_many(10).await.unwrap();
+    assert_eq!(next.iter().map(|d| *d.value()).collect::<Vec<_>>(), [1]);
+
+    // Every key of the queue, on its primary and in its slot: held (the
+    // lease), limits, ready, special, unique among them.
+    let pattern = format!("punctual:{{{name}}}:*");
+    let keys = cluster.node(owner.port).cli(&["KEYS", &pattern]);
+    let keys: HashSet<&str> = keys.lines().collect();
+    for suffix in [
+        "entries", "leases", "seq", "requests", "special", "ready", "held", "limits", "unique",
+    ] {
+        assert!(
+            keys.contains(format!("punctual:{{{name}}}:{suffix}").as_str()),
+            "{suffix} missing: {keys:?}"
+        );
+    }
+    for key in &keys {
+        assert_eq!(cluster.slot(key), slot, "{key} lies in another slot");
+    }
+    for node in &cluster.nodes {
+        if node.port() != owner.port {
+            assert_eq!(
+                node.cli(&["KEYS", &pattern]),
+                "",
+                "keys of {name} on another node"
+            );
+        }
+    }
+    for d in next {
+        assert!(d.ack().await.unwrap());
+    }
+    q.purge().await.unwrap();
+    assert_eq!(cluster.node(owner.port).cli(&["KEYS", &pattern]), "");
+}

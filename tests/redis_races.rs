@@ -675,6 +675,109 @@ mod cluster {
         assert_eq!(d.id(), "sweep", "the tick is due now");
     }
 
+    /// `insert_with` sent twice: without its request identity the second
+    /// execution found the entry the first inserted and answered `None`
+    /// (refused), and a replace replaced twice (two sequence values). Each
+    /// now applies once and answers as the first did; `insert_many_with`
+    /// inserts its entries once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_a_cluster_an_insert_with_cut_after_it_ran_applies_once() {
+        use punctual::durable::InsertOptions;
+        let name = "cut-insert-with";
+        let (cluster, proxy, q) = cluster_through_proxy(name).await;
+        let keyed = InsertOptions::new().key("tenant").priority(3).delay(HOUR);
+        assert!(q.insert_with(&1, &keyed).await.unwrap().is_some()); // loads the insert script
+        let once = InsertOptions::new().id("once").key("tenant").delay(HOUR);
+        let cut = Cut::arm(&cluster, &proxy, b"4242424242");
+        let id = within("insert_with", q.insert_with(&4_242_424_242, &once))
+            .await
+            .unwrap();
+        cut.ran_twice("insert_with");
+        assert_eq!(
+            id.as_deref(),
+            Some("once"),
+            "an insert that inserted answered refused"
+        );
+
+        let debounce = InsertOptions::new()
+            .id("once")
+            .replace(true)
+            .key("other")
+            .delay(HOUR);
+        let before = seq(&cluster, &proxy, name);
+        let cut = Cut::arm(&cluster, &proxy, b"4343434343");
+        let id = within("a replace", q.insert_with(&4_343_434_343, &debounce))
+            .await
+            .unwrap();
+        cut.ran_twice("the replace");
+        assert_eq!(id.as_deref(), Some("once"));
+        assert_eq!(
+            seq(&cluster, &proxy, name) - before,
+            1,
+            "the entry was replaced twice"
+        );
+        let info = q.entry("once").await.unwrap().unwrap();
+        assert_eq!(
+            (info.value, info.key.as_deref()),
+            (Some(4_343_434_343), Some("other"))
+        );
+
+        let cut = Cut::arm(&cluster, &proxy, b"4444444444");
+        let many = [
+            (4_444_444_444, keyed.clone()),
+            (5, keyed.clone()),
+            (6, InsertOptions::new().delay(HOUR)),
+        ];
+        let ids = within("insert_many_with", q.insert_many_with(&many))
+            .await
+            .unwrap();
+        cut.ran_twice("insert_many_with");
+        assert!(ids.iter().all(Option::is_some), "{ids:?}");
+        assert_eq!(
+            q.stats().await.unwrap().pending,
+            5,
+            "insert_many_with inserted twice"
+        );
+        for id in ids.iter().flatten() {
+            assert!(q.deadline(id).await.unwrap().is_some(), "{id:?} is absent");
+        }
+    }
+
+    /// `set_key_limit` and `remove_key_limit` sent twice: the second
+    /// execution found the limit the first wrote (or removed) and answered
+    /// `false` ("no change"). Each now answers as the first did.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_a_cluster_a_key_limit_cut_after_it_ran_answers_changed() {
+        use punctual::durable::KeyLimit;
+        let (cluster, proxy, q) = cluster_through_proxy("cut-limit").await;
+        assert!(q.key_limits().await.unwrap().is_empty());
+        let warm = KeyLimit {
+            concurrency: Some(1),
+            rate: None,
+        };
+        assert!(q.set_key_limit("warm", warm).await.unwrap()); // loads the limit script
+        let limit = KeyLimit {
+            concurrency: Some(4242),
+            rate: None,
+        };
+        let cut = Cut::arm(&cluster, &proxy, b"4242,,");
+        let changed = within("set_key_limit", q.set_key_limit("tenant", limit))
+            .await
+            .unwrap();
+        cut.ran_twice("set_key_limit");
+        assert!(changed, "a set_key_limit that set the limit answered false");
+        let cut = Cut::arm(&cluster, &proxy, b"tenant");
+        let removed = within("remove_key_limit", q.remove_key_limit("tenant"))
+            .await
+            .unwrap();
+        cut.ran_twice("remove_key_limit");
+        assert!(
+            removed,
+            "a remove_key_limit that removed the limit answered false"
+        );
+        assert_eq!(q.key_limits().await.unwrap(), [("warm".to_owned(), warm)]);
+    }
+
     /// Makes `ids` dead letters of `q` (max_attempts 1: one failed run).
     async fn dead_letters(q: &RedisQueue<u64>, ids: &[&str]) {
         for id in ids {
@@ -699,7 +802,10 @@ mod cluster {
         assert_eq!(q.requeue_all_dead(HOUR).await.unwrap(), 0); // loads the script
         dead_letters(&q, &["d1", "d2"]).await;
         let before = seq(&cluster, &proxy, "cut-requeue-all");
-        let sha = lua_sha("dead_all", &["check_all", "now_ms", "place", "requests"]);
+        let sha = lua_sha(
+            "dead_all",
+            &["check_all", "now_ms", "index", "place", "requests"],
+        );
         let cut = Cut::arm(&cluster, &proxy, sha.as_bytes());
         let back = within("requeue_all_dead", q.requeue_all_dead(HOUR))
             .await
@@ -722,7 +828,10 @@ mod cluster {
         let (cluster, proxy, q) = cluster_through_proxy("cut-clear-dead").await;
         assert_eq!(q.clear_dead().await.unwrap(), 0); // loads the script
         dead_letters(&q, &["d1", "d2", "d3"]).await;
-        let sha = lua_sha("dead_all", &["check_all", "now_ms", "place", "requests"]);
+        let sha = lua_sha(
+            "dead_all",
+            &["check_all", "now_ms", "index", "place", "requests"],
+        );
         let cut = Cut::arm(&cluster, &proxy, sha.as_bytes());
         let cleared = within("clear_dead", q.clear_dead()).await.unwrap();
         cut.ran_twice("clear_dead");

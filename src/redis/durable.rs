@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use super::error::Error;
 use super::inner::{Attempt, Held, Op};
 use super::queue::RedisQueue;
-use crate::durable::store::{Applied, Batch, Finish, Sealed, Taken, record_delivered};
+use crate::durable::store::{Applied, Batch, Finish, Sealed, record_delivered};
 use crate::durable::wait::Waiter;
 
 crate::durable::durable_by_inherent_methods!(RedisQueue);
@@ -74,22 +74,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQu
         let done = claim.done.clone();
         let more_due = claim.head.is_some_and(|head| head <= claim.now);
         let now = super::inner::system_time(claim.now);
-        let taken = self
-            .decoded(claim, |lease, attempt, value, deadline, lease_until| {
-                Taken {
-                    id: lease.id.clone(),
-                    schedule: lease.tick.is_some().then(|| lease.id.clone()),
-                    value,
-                    attempt,
-                    deadline,
-                    lease_until,
-                    key: None,
-                    priority: 0,
-                    trace: None,
-                    lease,
-                }
-            })
-            .await;
+        let taken = self.decoded(claim).await;
         let batch = Batch {
             done,
             taken,

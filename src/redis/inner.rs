@@ -100,6 +100,9 @@ pub(crate) struct Claimed {
     /// Set when the entry must go to the dead letters instead (a cron tick
     /// past its attempts: its successor needs this process's cron instants).
     pub(crate) bury: Option<String>,
+    /// The key whose limits it runs under, if any.
+    pub(crate) key: Option<String>,
+    pub(crate) priority: i16,
 }
 
 /// The answer of a claim.
@@ -202,7 +205,8 @@ impl Inner {
                 .arg(&put.id)
                 .arg(&put.json)
                 .arg(put.kind)
-                .arg(put.ms);
+                .arg(put.ms)
+                .arg(""); // no options
         }
         // {inserted, id, ...}, in order.
         let reply: Vec<(bool, String)> = if apart {
@@ -491,20 +495,28 @@ fn op_results(value: Value) -> Result<Vec<OpResult>, Error> {
         .collect()
 }
 
+/// One item of a claim's reply: id, value, attempt, deadline, lease end,
+/// schedule record (or ''), reason to bury it (or ''), key (or ''),
+/// priority.
+type Item = (
+    String,
+    Option<Vec<u8>>,
+    u32,
+    i64,
+    i64,
+    String,
+    String,
+    String,
+    i16,
+);
+
 fn parse_items(items: Value, token: &Arc<str>) -> Result<Vec<Claimed>, Error> {
     let items: Vec<Value> = parse(items)?;
     items
         .into_iter()
         .map(|item| {
-            let (id, json, attempt, deadline, lease_until, rec, bury): (
-                String,
-                Option<Vec<u8>>,
-                u32,
-                i64,
-                i64,
-                String,
-                String,
-            ) = parse(item)?;
+            let (id, json, attempt, deadline, lease_until, rec, bury, key, priority): Item =
+                parse(item)?;
             Ok(Claimed {
                 held: Held {
                     id,
@@ -519,6 +531,8 @@ fn parse_items(items: Value, token: &Arc<str>) -> Result<Vec<Claimed>, Error> {
                 deadline: system_time(deadline),
                 lease_until: system_time(lease_until),
                 bury: (!bury.is_empty()).then_some(bury),
+                key: (!key.is_empty()).then_some(key),
+                priority,
             })
         })
         .collect()

@@ -79,26 +79,53 @@
 //! | `punctual:{name}:schedules` | hash | name → a recurring schedule's spec |
 //! | `punctual:{name}:given_up` | sorted set | token → when, for an hour: claims given up on or sent again, whose late first sending must lease nothing |
 //! | `punctual:{name}:requests` | sorted set | on a cluster only: `<request id>` and `<request id>\n<answer>` → when they may be forgotten: the answers of recent writes, for a second execution of one (see "Requests sent twice") |
+//! | `punctual:{name}:special` | sorted set | as `schedule`, for the live entries that have a key or a priority other than 0 (`schedule` then holds only the others) |
+//! | `punctual:{name}:ready` | sorted set | the claim's index of the entries of `special` that no live lease holds, every member scored 0 and read in lexical order: `g<key>\0<place><id>` for each one with a key, `h<place>-<id>` for each one without, and `h<place>+<key>\0<id>` for the first of each key and priority (its head); `<place>` is 4 hex digits of 32767 − priority, 11 of the due time (ms; the lease end for a lease that ran out) and the member's 16 of sequence |
+//! | `punctual:{name}:held` | sorted set | id → end of its lease, for the entries of `special` whose lease holds a place of their key (a claim takes those that ran out back into `ready`) |
+//! | `punctual:{name}:limits` | hash | `l:<key>` → the key's limit, `<concurrency>,<rate max>,<rate per ms>` (each empty for none; the default under `l:*`); `c:<key>` → how many of its entries `held` holds; `s:<key>` → when its recent deliveries began, 11 hex digits of ms each, oldest first (at most the rate's max, within its period; only while the key has a rate) |
+//! | `punctual:{name}:unique` | sorted set | id → until when the id stays taken after its entry, inserted with a unique window, finished (expired ones are forgotten as new ones come) |
 //!
 //! An entry's record is `attempt,token,since,deadline,tick,member`: the
 //! deliveries so far; the token of the claim that holds its lease and when
 //! that claim was made (empty while pending or dead); when the current
 //! delivery was due; the instant of a schedule's tick (empty for other
-//! entries); its member in `schedule` (empty while dead).
+//! entries); its member in `schedule` or `special` (empty while dead). An
+//! entry inserted with options (`insert_with`, `insert_many_with`) has one
+//! more field before the member,
+//! `o<priority>:<max attempts>:<unique ms>:<key length>:<key>`, each
+//! empty where not set (the key's length in bytes, so a key may hold any
+//! character but NUL); the field starts with `o`, which no member does (a
+//! member starts with a hex digit), so a record written before options
+//! existed reads as it always did. A dead letter keeps its options, and a
+//! requeued one runs under them again.
 //!
 //! `<seq>` is 16 lowercase hex digits of a counter taken from `seq` at insert
 //! (and at reset, retry and requeue), so members with equal scores sort in
 //! insertion order: equal deadlines come out FIFO. A page of
 //! [`entries`](RedisQueue::entries) is one script reading a range of one
 //! sorted set: `schedule` (pending, stepping over the leased members; due),
-//! `leases` or `dead`, from the cursor's score on. Generated ids are `#`
-//! followed by that counter in decimal. A claim takes members with score ≤
-//! now in order, sets the score and `leases` to now + lease, increments the
-//! attempt and stores the claim's *token*: a string the consumer made, never
-//! the same twice (not even after a purge). A delivery holds its lease while
+//! `leases` or `dead`, from the cursor's score on (for pending and due,
+//! `schedule` and `special` read side by side and merged). Generated ids
+//! are `#` followed by that counter in decimal. While no live entry has a
+//! key or a priority (`special` is empty), a claim takes members of
+//! `schedule` with score ≤ now in order, as it always did; else it walks
+//! `ready`'s heads level by level, the highest priority first, level 0
+//! merged with `schedule`'s due members, one entry per key per round (see
+//! [`InsertOptions`](crate::durable::InsertOptions)), reading each key's
+//! limit and counts in `limits` once, so a key's backlog costs a claim one
+//! step per entry it takes, never the whole backlog. It sets the score and
+//! `leases` to now + lease, increments the attempt and stores the claim's
+//! *token*: a string the consumer made, never the same twice (not even
+//! after a purge). A delivery holds its lease while
 //! the record still carries its token; ack deletes the entry, retry gives it
 //! a new member and clears the token. The channel `punctual:{name}:wake`
-//! carries the new head's due time.
+//! carries the new head's due time; where entries with options exist, also
+//! every entry that becomes due at once (the due head may be waiting on
+//! its key's limits), every place of a key at its concurrency that frees
+//! while entries of the key wait, and every change of a key limit. A claim
+//! that took fewer than it was asked for reports as its head the next due
+//! time or lease end after now, or the time a refused key's rate window
+//! opens, whichever is first: never a due entry that waits on its key.
 //!
 //! # Failures
 //!
@@ -144,10 +171,12 @@
 //!   waiting, after at most one response timeout). A second execution of
 //!   it finds the answer, changes nothing and returns it:
 //!   - [`insert`](RedisQueue::insert), [`insert_at`](RedisQueue::insert_at),
-//!     [`insert_with_id`](RedisQueue::insert_with_id) and
-//!     [`insert_many`](RedisQueue::insert_many) insert once and return the
-//!     ids (and `true`) of the first execution, even if the entries were
-//!     taken and acked in between;
+//!     [`insert_with_id`](RedisQueue::insert_with_id),
+//!     [`insert_many`](RedisQueue::insert_many),
+//!     [`insert_with`](RedisQueue::insert_with) and
+//!     [`insert_many_with`](RedisQueue::insert_many_with) insert (or
+//!     replace) once and return the ids (and `true`) of the first
+//!     execution, even if the entries were taken and acked in between;
 //!   - a claim (`take*`, `stream()`, a [`Worker`](crate::durable::Worker))
 //!     leases nothing more and returns what the first execution leased and
 //!     still holds, and the first's results of the finishes it carried;
@@ -160,6 +189,9 @@
 //!     (an ack that applied says so, not "lease lost");
 //!   - [`pause`](RedisQueue::pause), [`resume`](RedisQueue::resume),
 //!     [`run_now`](RedisQueue::run_now) (which moves the tick once),
+//!     [`set_key_limit`](RedisQueue::set_key_limit),
+//!     [`set_default_key_limit`](RedisQueue::set_default_key_limit),
+//!     [`remove_key_limit`](RedisQueue::remove_key_limit),
 //!     [`requeue_all_dead`](RedisQueue::requeue_all_dead) and
 //!     [`clear_dead`](RedisQueue::clear_dead) (which return the first's
 //!     count, not 0) likewise.

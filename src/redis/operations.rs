@@ -249,7 +249,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
 type EntryReply = (u64, u64, i64, String, Option<String>, Option<String>);
 
 /// An entry read by a script: its record is
-/// `attempt,token,since,deadline,tick,member`.
+/// `attempt,token,since,deadline,tick,member`, or with options
+/// `attempt,token,since,deadline,tick,o<priority>:<max>:<unique>:<key
+/// length>:<key>,member` (see `scripts/lib/prelude.lua`).
 fn row(
     id: String,
     state: EntryState,
@@ -264,6 +266,7 @@ fn row(
     let _since = fields.next();
     let deadline = fields.next().and_then(|d| d.parse().ok());
     let tick = fields.next().is_some_and(|t| !t.is_empty());
+    let (priority, key) = fields.next().map_or((0, None), options);
     Row {
         id,
         state,
@@ -273,9 +276,24 @@ fn row(
         tick,
         reason,
         value,
-        key: None,
-        priority: 0,
+        key,
+        priority,
     }
+}
+
+/// The priority and key in the rest of a record (its options field, if
+/// it has one, then its member).
+fn options(rest: &str) -> (i16, Option<String>) {
+    let Some(rest) = rest.strip_prefix('o') else {
+        return (0, None);
+    };
+    let mut parts = rest.splitn(5, ':');
+    let priority = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let _max = parts.next();
+    let _unique = parts.next();
+    let length: Option<usize> = parts.next().and_then(|l| l.parse().ok());
+    let key = length.and_then(|length| parts.next()?.get(..length).map(str::to_owned));
+    (priority, key)
 }
 
 /// The identity of queue `name` whose own id (kept with its keys) is

@@ -249,6 +249,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let mut invocation = self.inner.script(&SCRIPTS.remove);
         invocation.arg(id).arg("e");
         self.inner.identify(&mut invocation);
+        // A leased entry's place of its key frees: announced when entries
+        // of the key wait for one.
+        invocation.arg(&self.inner.keys.channel);
         self.inner.run(&invocation).await
     }
 
@@ -581,14 +584,9 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         Delivery::new(Arc::clone(&self.inner), taken)
     }
 
-    /// The claimed entries whose values decode, each made into an `R` by
-    /// `make(lease, attempt, value, deadline, lease end)`; the others are
-    /// failed attempts (and cron ticks the claim marked are buried).
-    pub(crate) async fn decoded<R>(
-        &self,
-        claim: Claim,
-        make: impl Fn(Held, u32, T, SystemTime, SystemTime) -> R,
-    ) -> Vec<R> {
+    /// The claimed entries whose values decode; the others are failed
+    /// attempts (and cron ticks the claim marked are buried).
+    pub(crate) async fn decoded(&self, claim: Claim) -> Vec<Taken<T, Held>> {
         let mut taken = Vec::with_capacity(claim.items.len());
         let mut buried = Vec::new();
         for claimed in claim.items {
@@ -599,9 +597,22 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 deadline,
                 lease_until,
                 bury,
+                key,
+                priority,
             } = claimed;
             match crate::durable::ops::decode::<T>(bury, json.as_deref()) {
-                Ok(value) => taken.push(make(held, attempt, value, deadline, lease_until)),
+                Ok(value) => taken.push(Taken {
+                    id: held.id.clone(),
+                    schedule: held.tick.is_some().then(|| held.id.clone()),
+                    value,
+                    attempt,
+                    deadline,
+                    lease_until,
+                    key,
+                    priority,
+                    trace: None,
+                    lease: held,
+                }),
                 Err(refused) => {
                     tracing::warn!(queue = %self.inner.name, id = held.id, attempt,
                         reason = refused.reason(), "not handed out");

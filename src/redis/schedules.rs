@@ -53,7 +53,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         inner.identify(&mut invocation);
         invocation.arg(entries.len());
         for ((_, delay), json) in entries.iter().zip(&json) {
-            invocation.arg("").arg(json).arg("d").arg(millis(*delay));
+            invocation
+                .arg("")
+                .arg(json)
+                .arg("d")
+                .arg(millis(*delay))
+                .arg(""); // no options
         }
         // {inserted, id, ...}: the ids, in order.
         // A value the server may refuse to read goes on a connection of

@@ -1,7 +1,7 @@
 //! The server-side Lua scripts: every operation on a queue is one of them,
 //! in `scripts/<operation>.lua`, each opening with its KEYS, ARGV and reply.
 //!
-//! Each script gets the queue's eight keys in the order of [`Keys`] and reads
+//! Each script gets the queue's thirteen keys in the order of [`Keys`] and reads
 //! the clock with `TIME`, so every process agrees on what is due. A script
 //! that fails half way leaves its first writes in place, so each one checks
 //! the type of every key it writes before its first write: the hot ones
@@ -23,9 +23,9 @@ use redis::Script;
 #[derive(Debug)]
 pub(crate) struct Keys {
     /// `schedule`, `entries`, `leases`, `dead`, `seq`, `schedules`,
-    /// `given_up`, `requests`, in the order the scripts expect them as
-    /// `KEYS[1..=8]`.
-    pub(crate) all: [String; 8],
+    /// `given_up`, `requests`, `special`, `ready`, `held`, `limits`,
+    /// `unique`, in the order the scripts expect them as `KEYS[1..=13]`.
+    pub(crate) all: [String; 13],
     /// The pub/sub channel announcing a new head.
     pub(crate) channel: String,
 }
@@ -43,6 +43,11 @@ impl Keys {
                 key("schedules"),
                 key("given_up"),
                 key("requests"),
+                key("special"),
+                key("ready"),
+                key("held"),
+                key("limits"),
+                key("unique"),
             ],
             channel: key("wake"),
         }
@@ -86,19 +91,28 @@ pub(crate) struct Scripts {
     pub(crate) pause: Script,
     pub(crate) paused: Script,
     pub(crate) dead_all: Script,
+    pub(crate) limit: Script,
+    pub(crate) limits: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    insert: Script::new(lua!("insert", "now_ms", "place", "requests")),
+    insert: Script::new(lua!("insert", "now_ms", "index", "place", "requests")),
     claim: Script::new(lua!(
-        "claim", "now_ms", "place", "held", "ticks", "finish", "requests"
+        "claim", "now_ms", "index", "place", "held", "ticks", "finish", "requests"
     )),
     finish: Script::new(lua!(
-        "finish", "now_ms", "place", "held", "ticks", "finish", "requests"
+        "finish", "now_ms", "index", "place", "held", "ticks", "finish", "requests"
     )),
-    extend: Script::new(lua!("extend", "now_ms", "place", "held")),
-    remove: Script::new(lua!("remove", "check_all", "now_ms", "requests")),
-    reset: Script::new(lua!("reset", "check_all", "now_ms", "place", "requests")),
+    extend: Script::new(lua!("extend", "now_ms", "index", "place", "held")),
+    remove: Script::new(lua!("remove", "check_all", "now_ms", "index", "requests")),
+    reset: Script::new(lua!(
+        "reset",
+        "check_all",
+        "now_ms",
+        "index",
+        "place",
+        "requests"
+    )),
     deadline: Script::new(lua!("deadline", "check_all")),
     stats: Script::new(lua!("stats", "check_all", "now_ms")),
     dead_letters: Script::new(lua!("dead_letters", "check_all")),
@@ -106,6 +120,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         "requeue_dead",
         "check_all",
         "now_ms",
+        "index",
         "place",
         "requests"
     )),
@@ -116,6 +131,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         "schedule",
         "check_all",
         "now_ms",
+        "index",
         "place",
         "ticks",
         "requests"
@@ -126,5 +142,14 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     entry: Script::new(lua!("entry", "check_all", "now_ms")),
     pause: Script::new(lua!("pause", "check_all", "now_ms", "requests")),
     paused: Script::new(lua!("paused", "check_all")),
-    dead_all: Script::new(lua!("dead_all", "check_all", "now_ms", "place", "requests")),
+    dead_all: Script::new(lua!(
+        "dead_all",
+        "check_all",
+        "now_ms",
+        "index",
+        "place",
+        "requests"
+    )),
+    limit: Script::new(lua!("limit", "check_all", "now_ms", "requests")),
+    limits: Script::new(lua!("limits", "check_all")),
 });

@@ -150,7 +150,9 @@ pub fn finish(child: &mut Child, patience: Duration) -> (ExitStatus, String, Str
 pub fn claim_sha() -> String {
     lua_sha(
         "claim",
-        &["now_ms", "place", "held", "ticks", "finish", "requests"],
+        &[
+            "now_ms", "index", "place", "held", "ticks", "finish", "requests",
+        ],
     )
 }
 

@@ -1,6 +1,7 @@
 -- DEAD_ALL: puts every dead letter back as pending, due `delay` ms from
--- now, attempts reset ('r'), or deletes them all ('c'), in one step.
--- KEYS: the queue's eight keys. ARGV: 'r' or 'c', delay ms, channel,
+-- now, attempts reset ('r'; each keeps its options), or deletes them all
+-- ('c'; an id with a unique window stays taken that long), in one step.
+-- KEYS: the queue's thirteen keys. ARGV: 'r' or 'c', delay ms, channel,
 -- request identity ('' on a single server; see lib/requests.lua).
 -- Returns how many; a second execution of a request, the first's count.
 local err = check_all() or check_seq()
@@ -18,9 +19,12 @@ repeat
       local e = parse(redis.call('HGET', ENTRIES, 'm:' .. id)) or {token = '', member = ''}
       e.attempt, e.tick, e.deadline = 0, nil, nil
       redis.call('HDEL', ENTRIES, 'r:' .. id)
-      place(id, e, now + delay, channel)
+      place(id, e, now + delay, channel, now)
     else
+      local e = parse(redis.call('HGET', ENTRIES, 'm:' .. id))
       redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
+      -- Its id stays taken for its unique window.
+      if e and e.unique then keep_taken(id, now + e.unique, now) end
     end
   end
   call_sliced('ZREM', DEAD, ids)

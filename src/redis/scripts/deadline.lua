@@ -1,10 +1,10 @@
 -- DEADLINE: when an entry is due (its lease end while leased).
--- KEYS: the queue's eight keys. ARGV: id.
+-- KEYS: the queue's thirteen keys. ARGV: id.
 -- Returns the score in ms, or nil for an entry that is absent or dead.
 local err = check_all()
 if err then return err end
 local e = parse(redis.call('HGET', ENTRIES, 'm:' .. ARGV[1]))
 if not e or e.member == '' then return false end
-local score = redis.call('ZSCORE', SCHEDULE, e.member)
+local score = redis.call('ZSCORE', zset_of(e), e.member)
 if not score then return false end
 return tonumber(score)

@@ -1,15 +1,16 @@
 -- ENTRIES: one page of the entries in one state, after a cursor.
--- KEYS: the queue's eight keys. ARGV: state ('p' pending, 'd' due, 'l'
+-- KEYS: the queue's thirteen keys. ARGV: state ('p' pending, 'd' due, 'l'
 -- leased, 'x' dead), the cursor's score (-1: from the start), member
--- (SCHEDULE's for pending and due, the id for leased and dead) and queue id
--- (the INSTANCE it was made with), limit, and a new id for the queue should
--- it have none yet.
+-- (SCHEDULE's or SPECIAL's for pending and due, the id for leased and
+-- dead) and queue id (the INSTANCE it was made with), limit, and a new id
+-- for the queue should it have none yet.
 -- Returns {now, more (0/1), instance, {id, score, member, record, value,
--- reason}...}: up to `limit` entries in the state's order (SCHEDULE, or
--- LEASES or DEAD, by score then member), after the cursor; or {now, -1}
--- when the cursor is another queue's (another server's queue of this name,
--- or this name's before a purge). A page is a range read of one sorted
--- set, O(limit + log n) but for what it steps over (members tied with the
+-- reason}...}: up to `limit` entries in the state's order (SCHEDULE and
+-- SPECIAL merged, or LEASES or DEAD, by score then member), after the
+-- cursor; or {now, -1} when the cursor is another queue's (another
+-- server's queue of this name, or this name's before a purge). A page is
+-- a range read of one sorted set (two, merged, for pending and due),
+-- O(limit + log n) but for what it steps over (members tied with the
 -- cursor's score; for pending, the leased entries among them, as many as
 -- consumers hold); its one write gives the queue its id, once.
 local err = check_all()
@@ -59,16 +60,36 @@ local function from(floor)
   return '(' .. int(floor)
 end
 
+-- The first `want` of two lists in order (score, then member byte by byte).
+local function merge(a, b, want)
+  local out, i, j = {}, 1, 1
+  while #out < want and (a[i] or b[j]) do
+    local x, y = a[i], b[j]
+    if y and (not x or y[2] < x[2] or (y[2] == x[2] and not at_or_before(x[1], y[1]))) then
+      out[#out + 1] = y
+      j = j + 1
+    else
+      out[#out + 1] = x
+      i = i + 1
+    end
+  end
+  return out
+end
+
+local function pending(member)
+  return not redis.call('ZSCORE', LEASES, string.sub(member, 17))
+end
+
 local want = limit + 1
 local found, key
 if state == 'd' then
   key = SCHEDULE
-  found = scan(SCHEDULE, from(nil), now, want, any)
+  found = merge(scan(SCHEDULE, from(nil), now, want, any), scan(SPECIAL, from(nil), now, want, any),
+    want)
 elseif state == 'p' then
   key = SCHEDULE
-  found = scan(SCHEDULE, from(now), '+inf', want, function(member)
-    return not redis.call('ZSCORE', LEASES, string.sub(member, 17))
-  end)
+  found = merge(scan(SCHEDULE, from(now), '+inf', want, pending),
+    scan(SPECIAL, from(now), '+inf', want, pending), want)
 elseif state == 'l' then
   key = LEASES
   found = scan(LEASES, from(now), '+inf', want, any)

@@ -1,5 +1,5 @@
 -- ENTRY: one entry in any state.
--- KEYS: the queue's eight keys. ARGV: id.
+-- KEYS: the queue's thirteen keys. ARGV: id.
 -- Returns {now, score, dead (0/1), record, value, reason}, or false if
 -- there is no such entry. `score`: its due time, or lease end while
 -- leased; a dead letter's: when it died.
@@ -15,7 +15,7 @@ local score, dead = nil, 0
 if died then
   score, dead = tonumber(died), 1
 elseif e.member ~= '' then
-  score = tonumber(redis.call('ZSCORE', SCHEDULE, e.member))
+  score = tonumber(redis.call('ZSCORE', zset_of(e), e.member))
 end
 if not score then return false end
 return {now, score, dead, got[1], got[2] or false, got[3] or false}

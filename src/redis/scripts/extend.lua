@@ -1,10 +1,12 @@
 -- EXTEND: pushes the end of held leases to now + lease.
--- KEYS: the queue's eight keys. ARGV: lease ms, channel, then id and token of
--- each delivery.
+-- KEYS: the queue's thirteen keys. ARGV: lease ms, channel, then id and
+-- token of each delivery.
 -- Returns each new lease end (ms), or 0 where the lease was lost.
 -- Atomic: the lease checks and the moves run as one script. A lease end
--- moved before the head is announced, like an insert.
-local e = ensure(LEASES, 'zset')
+-- moved before the head is announced, like an insert. An entry with a key
+-- or a priority whose lease ran out and that a claim saw (reaped: its
+-- place freed) holds its place again.
+local e = ensure(LEASES, 'zset') or check_options()
 if e then return e end
 local now = now_ms()
 local lease_until = now + tonumber(ARGV[1])
@@ -14,7 +16,18 @@ for i = 3, #ARGV, 2 do
   local id = ARGV[i]
   local entry = held(id, ARGV[i + 1])
   if entry then
-    redis.call('ZADD', SCHEDULE, lease_until, entry.member)
+    if special(entry) then
+      if not redis.call('ZSCORE', HELD, id) then
+        local at = tonumber(redis.call('ZSCORE', SPECIAL, entry.member))
+        if at then ready_remove_all({{id, entry, at}}) end
+        if entry.key then
+          local held_now = tonumber(redis.call('HGET', LIMITS, 'c:' .. entry.key)) or 0
+          redis.call('HSET', LIMITS, 'c:' .. entry.key, int(held_now + 1))
+        end
+      end
+      redis.call('ZADD', HELD, lease_until, id)
+    end
+    redis.call('ZADD', zset_of(entry), lease_until, entry.member)
     redis.call('ZADD', LEASES, lease_until, id)
     out[#out + 1] = lease_until
     moved = true
@@ -22,5 +35,5 @@ for i = 3, #ARGV, 2 do
     out[#out + 1] = 0
   end
 end
-if moved then announce(ARGV[2], lease_until, old_head) end
+if moved then announce(ARGV[2], lease_until, old_head, now, false, false) end
 return out

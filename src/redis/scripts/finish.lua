@@ -1,6 +1,6 @@
 -- FINISH: acks, retries, fails, buries or gives back deliveries (see
 -- lib/finish.lua), without claiming.
--- KEYS: the queue's eight keys. ARGV: the handle's rules (max attempts,
+-- KEYS: the queue's thirteen keys. ARGV: the handle's rules (max attempts,
 -- dead-letter retention: see `rules`), channel, request identity ('' on a
 -- single server; see lib/requests.lua), number of ops, then 6 fields per
 -- op (kind, id, token, ms, reason, cands).

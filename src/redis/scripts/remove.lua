@@ -1,8 +1,11 @@
 -- REMOVE: deletes an entry, pending, leased or dead; a schedule's tick takes
 -- its schedule with it. With ARGV[2] = 's', only a schedule's tick (and the
--- schedule, even if it has no tick now).
--- KEYS: the queue's eight keys. ARGV: id, 'e' or 's', request identity (''
--- on a single server; see lib/requests.lua).
+-- schedule, even if it has no tick now). An entry with a unique window
+-- keeps its id taken that long from now; a leased entry's place of its key
+-- frees (announced when entries of the key wait).
+-- KEYS: the queue's thirteen keys. ARGV: id, 'e' or 's', request identity
+-- ('' on a single server; see lib/requests.lua), channel ('' or absent:
+-- none).
 -- Returns 1 if it was there, 0 if not; a second execution of a request
 -- that removed, 1 (it changes nothing).
 local err = check_all()
@@ -17,15 +20,19 @@ if ARGV[2] == 's' then
 elseif not e then
   return 0
 end
+local now = now_ms()
 if e then
-  if e.member ~= '' then redis.call('ZREM', SCHEDULE, e.member) end
+  local freed = unindex(id, e)
+  if e.member ~= '' then redis.call('ZREM', zset_of(e), e.member) end
   redis.call('ZREM', LEASES, id)
   redis.call('ZREM', DEAD, id)
   redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
+  if e.unique then keep_taken(id, now + e.unique, now) end
+  if freed and ARGV[4] and ARGV[4] ~= '' then redis.pcall('PUBLISH', ARGV[4], int(now)) end
 end
 if schedule and (not e or e.tick) then
   redis.call('HDEL', SCHEDULES, id)
   redis.call('HDEL', ENTRIES, 'v:' .. id)
 end
-if ledger then ledger.remember('1', now_ms()) end
+if ledger then ledger.remember('1', now) end
 return 1

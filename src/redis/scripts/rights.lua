@@ -3,7 +3,7 @@
 -- `redis.acl_check_cmd` answers without running anything; older servers
 -- cannot tell (their ACL failures show up on the first call that needs
 -- the right).
--- KEYS: the queue's eight keys. ARGV[1]: '1' when the queue is on a cluster.
+-- KEYS: the queue's thirteen keys. ARGV[1]: '1' when the queue is on a cluster.
 -- Returns 1 when every right is there, 0 when the server cannot tell, or
 -- an error reply `NOPERM this redis user may not run ...` listing each
 -- missing command (with the key it was checked on).
@@ -34,7 +34,7 @@ for _, key in ipairs(KEYS) do
   need('TYPE', key)
   need('DEL', key)
 end
-for _, key in ipairs({SCHEDULE, LEASES, DEAD, GIVEN_UP, REQUESTS}) do
+for _, key in ipairs({SCHEDULE, LEASES, DEAD, GIVEN_UP, REQUESTS, SPECIAL, READY, HELD, UNIQUE}) do
   need('ZADD', key, '0', 'm')
   need('ZREM', key, 'm')
   need('ZRANGE', key, '0', '0')
@@ -43,7 +43,7 @@ for _, key in ipairs({SCHEDULE, LEASES, DEAD, GIVEN_UP, REQUESTS}) do
   need('ZCARD', key)
   need('ZCOUNT', key, '0', '0')
 end
-for _, key in ipairs({ENTRIES, SCHEDULES}) do
+for _, key in ipairs({ENTRIES, SCHEDULES, LIMITS}) do
   need('HSET', key, 'f', 'v')
   need('HGET', key, 'f')
   need('HMGET', key, 'f')

@@ -1,5 +1,5 @@
 -- SCHEDULE: creates or changes the recurring schedule `name` (an upsert).
--- KEYS: the queue's eight keys. ARGV: name, record ('e,<period ms>,<policy>'
+-- KEYS: the queue's thirteen keys. ARGV: name, record ('e,<period ms>,<policy>'
 -- or 'c,<expression>'), value (JSON), cron instants (see next_tick; '' for
 -- none yet), channel, request identity ('' on a single server; see
 -- lib/requests.lua).
@@ -47,7 +47,7 @@ if move then
     redis.call('HDEL', ENTRIES, 'm:' .. name)
   end
   -- false: a cron expression with no instant left keeps no tick.
-  if first then successor(name, first, channel) end
+  if first then successor(name, first, channel, now) end
 end
 if ledger then ledger.remember('1', now) end
 return 1

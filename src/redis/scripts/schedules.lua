@@ -1,5 +1,5 @@
 -- SCHEDULES: lists every schedule of the queue.
--- KEYS: the queue's eight keys. ARGV: none.
+-- KEYS: the queue's thirteen keys. ARGV: none.
 -- Returns {{name, record, value, next (ms) or -1 while leased or absent}, ...}.
 local err = check_all()
 if err then return err end
@@ -11,7 +11,7 @@ for i = 1, #all, 2 do
   local e = parse(got[1])
   local next = -1
   if e and e.tick and e.token == '' and e.member ~= '' then
-    next = tonumber(redis.call('ZSCORE', SCHEDULE, e.member)) or -1
+    next = tonumber(redis.call('ZSCORE', zset_of(e), e.member)) or -1
   end
   out[#out + 1] = {name, all[i + 1], got[2] or '', next}
 end

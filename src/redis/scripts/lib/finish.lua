@@ -16,7 +16,10 @@ end
 -- due at once in its old place (`ms` 1: the attempt counts, 0: it does not);
 -- 'G' gives back every delivery of the claim `token` (see below).
 -- A tick that leaves the schedule (ack, dead) gets its successor; `cands`
--- are the cron instants for it (see next_tick).
+-- are the cron instants for it (see next_tick). `limit` is the queue's max
+-- attempts, unless the entry has its own. An ack, or a removal, of an entry
+-- with a unique window keeps its id taken that long; a place of a key freed
+-- announces when entries of the key wait (see `unindex`).
 -- Returns 1 if applied (2: and a failure went to the dead letters), 0 if
 -- the lease was lost (nothing changed), or
 -- {-1, from, rec} if the successor needs cron instants after `from`
@@ -36,7 +39,9 @@ local function finish(kind, id, token, ms, reason, cands, now, limit, channel)
   if not e then return 0 end
   local applied = 1
   if kind == 'f' then
-    if limit > 0 and e.attempt >= limit then kind, applied = 'd', 2 else kind = 'r' end
+    -- The entry's own limit replaces the queue's.
+    local most = e.max or limit
+    if most > 0 and e.attempt >= most then kind, applied = 'd', 2 else kind = 'r' end
   elseif kind == 'b' then
     e.attempt, kind = math.max(e.attempt - 1, 0), 'd'
   elseif kind == 's' then
@@ -48,18 +53,20 @@ local function finish(kind, id, token, ms, reason, cands, now, limit, channel)
     redis.call('ZREM', LEASES, id)
     -- A failed attempt's reason stays with the entry until it is acked.
     if reason ~= '' then redis.call('HSET', ENTRIES, 'r:' .. id, reason) end
-    place(id, e, now + ms, channel)
+    place(id, e, now + ms, channel, now)
     return 1
   end
   if kind == 'g' then
     if ms == 0 then e.attempt = math.max(e.attempt - 1, 0) end
     local at = math.min(e.deadline or now, now)
-    local old_head = head()
+    local old_head, busy = head()
+    local freed = unindex(id, e)
     redis.call('ZREM', LEASES, id)
     e.token, e.since = '', nil
     redis.call('HSET', ENTRIES, 'm:' .. id, record(e))
-    redis.call('ZADD', SCHEDULE, at, e.member)
-    announce(channel, at, old_head)
+    redis.call('ZADD', zset_of(e), at, e.member)
+    if special(e) then ready_add_all({{id, e, at}}) end
+    announce(channel, at, old_head, now, busy, freed)
     return 1
   end
   -- 'a' or 'd': the entry leaves the schedule.
@@ -69,18 +76,22 @@ local function finish(kind, id, token, ms, reason, cands, now, limit, channel)
     next, from = next_tick(rec, e.tick, e.since, now, cands)
     if next == nil then return {-1, from, rec} end
   end
+  local freed = unindex(id, e)
   if kind == 'd' then
     bury(id, e, reason, now)
   else
-    redis.call('ZREM', SCHEDULE, e.member)
+    redis.call('ZREM', zset_of(e), e.member)
     redis.call('ZREM', LEASES, id)
     if rec then
       redis.call('HDEL', ENTRIES, 'm:' .. id, 'r:' .. id)
     else
       redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
     end
+    -- Its id stays taken for its unique window.
+    if e.unique then keep_taken(id, now + e.unique, now) end
   end
-  if next then successor(id, next, channel) end
+  if freed and channel ~= '' then redis.pcall('PUBLISH', channel, int(now)) end
+  if next then successor(id, next, channel, now) end
   return applied
 end
 
@@ -103,12 +114,15 @@ local function finish_all(at, n, now, limit, channel)
   for i = 0, n - 1 do
     records[i + 1] = parse(records[i + 1])
     local record = records[i + 1]
-    if ARGV[at + 6 * i] ~= 'a' or (record and record.tick) then plain = false end
+    if ARGV[at + 6 * i] ~= 'a' or (record and (record.tick or record.prio ~= 0 or record.key
+      or record.max or record.unique)) then
+      plain = false
+    end
   end
   local e = ensure(SCHEDULE, 'zset')
   if not plain then
     e = e or ensure(LEASES, 'zset') or ensure(DEAD, 'zset') or check_seq()
-      or ensure(SCHEDULES, 'hash') or ensure(GIVEN_UP, 'zset')
+      or ensure(SCHEDULES, 'hash') or ensure(GIVEN_UP, 'zset') or check_options()
   end
   if e then return nil, e end
   local results = {}
@@ -117,7 +131,8 @@ local function finish_all(at, n, now, limit, channel)
     local o = at + 6 * i
     local kind, id, token = ARGV[o], ARGV[o + 1], ARGV[o + 2]
     local record = records[i + 1]
-    if kind == 'a' and record and not record.tick then
+    if kind == 'a' and record and not record.tick and not special(record) and not record.max
+      and not record.unique then
       if token ~= '' and record.token == token then
         members[#members + 1] = record.member
         ids[#ids + 1] = id

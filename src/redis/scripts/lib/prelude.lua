@@ -1,5 +1,6 @@
--- Every script starts with this: names for the queue's keys (KEYS[1..8], in
--- the order of `Keys` in scripts.rs), `ensure`, `int` and the entry record.
+-- Every script starts with this: names for the queue's keys (KEYS[1..13],
+-- in the order of `Keys` in scripts.rs), `ensure`, `int` and the entry
+-- record.
 --
 -- Redis does not roll a script back when a command in it fails: the writes
 -- before the failure stay. So every script makes sure of the type of each
@@ -8,6 +9,12 @@
 -- or by `ensure`.
 local SCHEDULE, ENTRIES, LEASES, DEAD, SEQ, SCHEDULES, GIVEN_UP, REQUESTS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+-- The keys of entries with a key or a priority (see lib/index.lua): SPECIAL
+-- is SCHEDULE for them (the same members and scores); READY the claim's
+-- index of those no lease holds; HELD id -> lease end, those a lease holds;
+-- LIMITS the keys' limits, held counts and recent starts; UNIQUE id -> until
+-- when a finished entry's id stays taken.
+local SPECIAL, READY, HELD, LIMITS, UNIQUE = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 
 -- The field of ENTRIES that marks the queue paused (its value: since when,
 -- in ms). No entry's field has this name: theirs start with 'm:', 'v:' or
@@ -51,18 +58,39 @@ end
 -- field 'v:' .. id, the reason of its last failed attempt, or why it died,
 -- 'r:' .. id):
 --   attempt,token,since,deadline,tick,member
+-- or, for an entry inserted with options (a priority, a key, its own max
+-- attempts, a unique window):
+--   attempt,token,since,deadline,tick,o<priority>:<max>:<unique>:<key length>:<key>,member
 -- attempt: deliveries so far; token: the claim that holds its lease ('' when
 -- none: pending or dead); since: when that claim was made; deadline: when
 -- the delivery was due; tick: the instant of a schedule's tick ('' for other
--- entries); member: its member in SCHEDULE ('' while dead). Times are ms
--- since the Unix epoch on the server's clock.
+-- entries); member: its member in SCHEDULE, or in SPECIAL for an entry with
+-- a key or a priority ('' while dead). The options field starts with 'o',
+-- which no member does (a member starts with a hex digit), so a record
+-- written before options existed reads as it did; <max> (0: never dead) and
+-- <unique> (ms) are empty when not set, <key length> (bytes) and <key> when
+-- the entry has no key. Times are ms since the Unix epoch on the server's
+-- clock.
 local function parse(record)
   if not record then return nil end
   local attempt, token, since, deadline, tick, member =
     string.match(record, '^(%d+),([^,]*),(%d*),(%d*),(%d*),(.*)$')
   if not attempt then return nil end
-  return {attempt = tonumber(attempt), token = token, since = tonumber(since),
-    deadline = tonumber(deadline), tick = tonumber(tick), member = member}
+  local e = {attempt = tonumber(attempt), token = token, since = tonumber(since),
+    deadline = tonumber(deadline), tick = tonumber(tick), member = member, prio = 0}
+  if string.byte(member, 1) == 111 then -- 'o': the entry's options
+    local prio, max, unique, length, at =
+      string.match(member, '^o(%-?%d+):(%d*):(%d*):(%d*):()')
+    if not prio then return nil end
+    e.prio, e.max, e.unique = tonumber(prio), tonumber(max), tonumber(unique)
+    length = tonumber(length)
+    if length then
+      e.key = string.sub(member, at, at + length - 1)
+      at = at + length
+    end
+    e.member = string.sub(member, at + 1)
+  end
+  return e
 end
 
 local function opt(n)
@@ -73,8 +101,27 @@ end
 -- Joined with `..`: Lua 5.1's `string.format('%s')` stops at a NUL byte,
 -- which an id may hold.
 local function record(e)
-  return int(e.attempt) .. ',' .. e.token .. ',' .. opt(e.since) .. ','
-    .. opt(e.deadline) .. ',' .. opt(e.tick) .. ',' .. e.member
+  local head = int(e.attempt) .. ',' .. e.token .. ',' .. opt(e.since) .. ','
+    .. opt(e.deadline) .. ',' .. opt(e.tick) .. ','
+  local prio = e.prio or 0
+  if prio ~= 0 or e.max or e.unique or e.key then
+    head = head .. 'o' .. int(prio) .. ':' .. opt(e.max) .. ':' .. opt(e.unique) .. ':'
+    if e.key then head = head .. int(#e.key) .. ':' .. e.key else head = head .. ':' end
+    head = head .. ','
+  end
+  return head .. e.member
+end
+
+-- Whether an entry is kept in SPECIAL and READY (it has a key or a
+-- priority) rather than SCHEDULE.
+local function special(e)
+  return e.key ~= nil or (e.prio or 0) ~= 0
+end
+
+-- The sorted set that holds entry `e`'s member while it is live.
+local function zset_of(e)
+  if special(e) then return SPECIAL end
+  return SCHEDULE
 end
 
 -- `cmd key ...list`, in slices: a Lua call takes a few thousand arguments

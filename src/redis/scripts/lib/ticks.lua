@@ -41,22 +41,24 @@ end
 
 -- Inserts the tick of schedule `name` due at `at`, a fresh entry (attempt
 -- 0) that keeps the value stored under the name.
-local function successor(name, at, channel)
-  local old_head = head()
+local function successor(name, at, channel, now)
+  local old_head, busy = head()
   local member = new_member(name)
   redis.call('HSET', ENTRIES, 'm:' .. name,
     record({attempt = 0, token = '', tick = at, member = member}))
   redis.call('ZADD', SCHEDULE, at, member)
-  announce(channel, at, old_head)
+  announce(channel, at, old_head, now, busy, false)
 end
 
 -- Deletes dead letters past the calling handle's retention (see `rules`):
 -- those that died before now - DEAD_MAX_AGE, then the oldest beyond
--- DEAD_MAX_COUNT.
+-- DEAD_MAX_COUNT. The id of one with a unique window stays taken that long.
 local function trim_dead(now)
   local function forget(ids)
     for _, id in ipairs(ids) do
+      local e = parse(redis.call('HGET', ENTRIES, 'm:' .. id))
       redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
+      if e and e.unique then keep_taken(id, now + e.unique, now) end
     end
     call_sliced('ZREM', DEAD, ids)
   end
@@ -77,12 +79,13 @@ local function trim_dead(now)
   end
 end
 
--- Moves entry `id` (record `e`) to the dead letters with `reason`. A tick is
+-- Moves entry `id` (record `e`, out of the claim's indexes: see `unindex`)
+-- to the dead letters with `reason`, its options kept. A tick is
 -- kept under '<name>@<instant>' (its name stays free for its successor); a
 -- name over 480 bytes is cut to 480 (at a character boundary), so that the
 -- dead letter's id keeps to the 512 bytes of an id.
 local function bury(id, e, reason, now)
-  if e.member ~= '' then redis.call('ZREM', SCHEDULE, e.member) end
+  if e.member ~= '' then redis.call('ZREM', zset_of(e), e.member) end
   redis.call('ZREM', LEASES, id)
   local dead = id
   if e.tick then
