@@ -423,9 +423,13 @@ common::stores::on_durable_stores! {
             .build()
             .await
             .unwrap();
-        let first = Arc::new(AtomicUsize::new(0));
-        let _worker = Worker::builder(q).concurrency(5).spawn(move |job: Job<u32>| {
-            let victim = role == "victim" && first.fetch_add(1, Ordering::SeqCst) == 0;
+        // The victim runs one entry (its only place), and holds it.
+        let places = if role == "victim" { 1 } else { 5 };
+        // Each printed run on a line of its own (not after the harness's
+        // "test ... "), so the parent reads every one.
+        println!();
+        let _worker = Worker::builder(q).concurrency(places).spawn(move |job: Job<u32>| {
+            let victim = role == "victim";
             async move {
                 let at = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
                 println!("start {} {}", job.value(), at(wall()));
@@ -459,6 +463,10 @@ common::stores::on_durable_stores! {
         // The victim takes its place first: wait until one entry is leased.
         eventually("the victim holds a place", || async { q.stats().await.unwrap().leased >= 1 }).await;
         tokio::time::sleep(ms(300)).await;
+        // Its place is held until its lease, extended while it lived, runs
+        // out: not before the lease end read now.
+        let leased = q.entries(EntryState::Leased, None, 10).await.unwrap();
+        let held_until = leased.entries[0].lease_until.unwrap();
         let killed_at = wall();
         victim.kill().unwrap();
         let (_, victim_out, _) = finish(&mut victim, WAIT);
@@ -485,7 +493,7 @@ common::stores::on_durable_stores! {
             .find_map(|l| l.strip_prefix("start ")?.split(' ').nth(1)?.parse().ok())
             .unwrap();
         runs.push((victim_start, 1));
-        runs.push((ms_of(killed_at) + 1000, -1));
+        runs.push((ms_of(held_until), -1));
         for line in out.lines() {
             let mut parts = line.split(' ');
             let (kind, at) = (parts.next(), parts.nth(1).and_then(|t| t.parse::<u128>().ok()));
