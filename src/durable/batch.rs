@@ -7,7 +7,7 @@
 //! inserts in flight on one handle are 256 script runs (Redis) or 256
 //! transactions (PostgreSQL), and a worker's claim on the same connection
 //! or pool waits behind all of them; sent together they are a few requests
-//! that cost the store a fraction of that (see issue 32 in the module docs
+//! that cost the store a fraction of that (see "Lateness under load" in the module docs
 //! of [`engine`](super::engine)). A producer that awaits each insert before
 //! the next never waits here: its call finds nothing on its way and is sent
 //! at once, alone, from its own future.

@@ -24,7 +24,7 @@
 //! until its task has ended, so two runs of one entry never overlap here and
 //! `concurrency` is never exceeded.
 //!
-//! Lateness under load (issue 32). A worker starts at most `concurrency`
+//! Lateness under load. A worker starts at most `concurrency`
 //! jobs per claim and keeps one claim in flight, so it starts at most
 //! `concurrency` jobs per claim round trip (Little's law: a job spends at
 //! least that round trip claimed and not yet started; splitting the places
