@@ -14,6 +14,9 @@ pub(crate) enum OpError {
     Invalid(String),
     /// The store failed or could not be reached (exit 2, 502).
     Store(String),
+    /// The store does not do that (yet): the library answered
+    /// `Unsupported` (exit 2, 501).
+    Unsupported(String),
 }
 
 impl OpError {
@@ -21,20 +24,25 @@ impl OpError {
     pub(crate) fn exit_code(&self) -> u8 {
         match self {
             OpError::NotFound(_) => 1,
-            OpError::Invalid(_) | OpError::Store(_) => 2,
+            OpError::Invalid(_) | OpError::Store(_) | OpError::Unsupported(_) => 2,
         }
     }
 
     pub(crate) fn message(&self) -> &str {
         match self {
-            OpError::NotFound(m) | OpError::Invalid(m) | OpError::Store(m) => m,
+            OpError::NotFound(m)
+            | OpError::Invalid(m)
+            | OpError::Store(m)
+            | OpError::Unsupported(m) => m,
         }
     }
 
     /// A store's error: the caller's mistakes (an id, name or cursor the
     /// store refuses) apart from the store's own failures.
-    fn of_store(invalid: bool, error: &dyn fmt::Display) -> OpError {
-        if invalid {
+    fn of_store(invalid: bool, unsupported: bool, error: &dyn fmt::Display) -> OpError {
+        if unsupported {
+            OpError::Unsupported(format!("this store cannot do that yet ({error})"))
+        } else if invalid {
             OpError::Invalid(error.to_string())
         } else {
             OpError::Store(error.to_string())
@@ -47,7 +55,7 @@ impl OpError {
             e,
             E::InvalidId(_) | E::InvalidSchedule(_) | E::InvalidLimit(_)
         );
-        OpError::of_store(invalid, &e)
+        OpError::of_store(invalid, false, &e)
     }
 
     pub(crate) fn redis(e: punctual::redis::Error) -> OpError {
@@ -56,7 +64,8 @@ impl OpError {
             e,
             E::InvalidId(_) | E::InvalidName(_) | E::InvalidSchedule(_) | E::InvalidLimit(_)
         );
-        OpError::of_store(invalid, &e)
+        let unsupported = matches!(e, E::Unsupported(_));
+        OpError::of_store(invalid, unsupported, &e)
     }
 
     pub(crate) fn postgres(e: punctual::postgres::Error) -> OpError {
@@ -65,7 +74,8 @@ impl OpError {
             e,
             E::InvalidId(_) | E::InvalidName(_) | E::InvalidSchedule(_) | E::InvalidLimit(_)
         );
-        OpError::of_store(invalid, &e)
+        let unsupported = matches!(e, E::Unsupported(_));
+        OpError::of_store(invalid, unsupported, &e)
     }
 }
 

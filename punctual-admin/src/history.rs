@@ -17,21 +17,22 @@ pub(crate) const MAX_POINTS: usize = 480;
 /// The least time between two points at first.
 pub(crate) const FIRST_SPACING: Duration = Duration::from_secs(5);
 
-/// One sample: the counts at a time (the store's clock).
+/// One sample: the counts (or another reading, such as the latency) at a
+/// time (the store's clock).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Point {
+pub(crate) struct Point<T = QueueStats> {
     pub(crate) at: SystemTime,
-    pub(crate) stats: QueueStats,
+    pub(crate) value: T,
 }
 
-/// A queue's sampled counts, oldest first.
+/// A queue's sampled counts (or other readings), oldest first.
 #[derive(Clone, Debug)]
-pub(crate) struct History {
-    points: Vec<Point>,
+pub(crate) struct History<T = QueueStats> {
+    points: Vec<Point<T>>,
     spacing: Duration,
 }
 
-impl Default for History {
+impl<T> Default for History<T> {
     fn default() -> Self {
         History {
             points: Vec::new(),
@@ -40,11 +41,12 @@ impl Default for History {
     }
 }
 
-impl History {
-    /// Records `stats` read at `at`, unless the last point is closer than
-    /// the current spacing (then it is replaced, so the newest counts show).
-    pub(crate) fn record(&mut self, at: SystemTime, stats: QueueStats) {
-        let point = Point { at, stats };
+impl<T: Copy + PartialEq> History<T> {
+    /// Records `value` read at `at`, unless the last point is closer than
+    /// the current spacing (then it is replaced, so the newest reading
+    /// shows).
+    pub(crate) fn record(&mut self, at: SystemTime, value: T) {
+        let point = Point { at, value };
         if self.points.last().is_some_and(|last| at < last.at) {
             return;
         }
@@ -74,7 +76,7 @@ impl History {
     }
 
     /// The points, oldest first.
-    pub(crate) fn points(&self) -> &[Point] {
+    pub(crate) fn points(&self) -> &[Point<T>] {
         &self.points
     }
 }
@@ -93,13 +95,13 @@ mod tests {
 
     #[test]
     fn reads_closer_than_the_spacing_replace_the_newest_point() {
-        let mut h = History::default();
+        let mut h: History = History::default();
         let t0 = UNIX_EPOCH + Duration::from_secs(1_000);
         h.record(t0, stats(1));
         h.record(t0 + Duration::from_secs(1), stats(2));
         h.record(t0 + Duration::from_secs(2), stats(3));
         assert_eq!(h.points().len(), 2);
-        assert_eq!(h.points()[1].stats.pending, 3);
+        assert_eq!(h.points()[1].value.pending, 3);
         h.record(t0 + Duration::from_secs(6), stats(4));
         assert_eq!(h.points().len(), 3);
         // An older read (a slow one that finished late) is dropped.
@@ -109,7 +111,7 @@ mod tests {
 
     #[test]
     fn a_full_history_thins_out_and_still_covers_everything() {
-        let mut h = History::default();
+        let mut h: History = History::default();
         let t0 = UNIX_EPOCH + Duration::from_secs(1_000);
         for i in 0..10_000_u64 {
             h.record(t0 + Duration::from_secs(i), stats(i));
@@ -118,7 +120,7 @@ mod tests {
         assert!(points.len() <= MAX_POINTS + 1, "{}", points.len());
         assert_eq!(points[0].at, t0, "the start stays");
         assert_eq!(
-            points.last().unwrap().stats.pending,
+            points.last().unwrap().value.pending,
             9_999,
             "the newest stays"
         );

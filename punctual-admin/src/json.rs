@@ -4,11 +4,17 @@
 
 use std::time::SystemTime;
 
-use punctual::durable::{EntryInfo, KeyLimit, Page, Rate, ScheduleInfo};
+use std::time::Duration;
+
+use punctual::durable::{
+    AttemptError, EntryInfo, Finished, JobResult, KeyLimit, Minute, Page, Rate, ScheduleInfo,
+    WorkerInfo,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::ops::{Limits, Listed};
+use crate::health::{Health, Verdict, is_late};
+use crate::ops::{BulkOutcome, Limits, Listed, Shown};
 
 /// A queue: `{"store", "name", "paused", "pending", "due", "leased",
 /// "dead", "now"}`, and `"source"` after `"store"` when its store is not
@@ -48,8 +54,11 @@ impl QueueJson {
 }
 
 /// An entry: `{"id", "state", "due", "lease_until", "died_at", "attempt",
-/// "schedule", "key", "priority", "last_error", "value"}` (`key`: a string
-/// or `null`; `priority`: a number, 0 unless the entry was given one).
+/// "schedule", "key", "priority", "last_error", "started_at", "worker",
+/// "errors", "value"}` (`key`: a string or `null`; `priority`: a number, 0
+/// unless the entry was given one; `started_at` and `worker`: a leased
+/// entry's delivery, when it began and the id of the worker holding it;
+/// `errors`: its last failed attempts, oldest first).
 #[derive(Debug, Serialize)]
 pub(crate) struct EntryJson {
     pub(crate) id: String,
@@ -62,6 +71,9 @@ pub(crate) struct EntryJson {
     pub(crate) key: Option<String>,
     pub(crate) priority: i16,
     pub(crate) last_error: Option<String>,
+    pub(crate) started_at: Option<String>,
+    pub(crate) worker: Option<String>,
+    pub(crate) errors: Vec<AttemptErrorJson>,
     pub(crate) value: Value,
 }
 
@@ -78,9 +90,310 @@ impl EntryJson {
             key: entry.key.clone(),
             priority: entry.priority,
             last_error: entry.last_error.clone(),
+            started_at: entry.started_at.map(rfc3339),
+            worker: entry.worker.clone(),
+            errors: entry.errors.iter().map(AttemptErrorJson::of).collect(),
             value: entry.value.clone().unwrap_or(Value::Null),
         }
     }
+}
+
+/// A failed attempt: `{"attempt", "at", "reason"}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct AttemptErrorJson {
+    pub(crate) attempt: u32,
+    pub(crate) at: String,
+    pub(crate) reason: String,
+}
+
+impl AttemptErrorJson {
+    fn of(e: &AttemptError) -> AttemptErrorJson {
+        AttemptErrorJson {
+            attempt: e.attempt,
+            at: rfc3339(e.at),
+            reason: e.reason.clone(),
+        }
+    }
+}
+
+/// How a finished entry ended, in lower case (`done`, `dead`,
+/// `cancelled`).
+pub(crate) fn finished_str(f: Finished) -> &'static str {
+    match f {
+        Finished::Done => "done",
+        Finished::Dead => "dead",
+        Finished::Cancelled => "cancelled",
+        _ => "finished",
+    }
+}
+
+/// A kept result: `{"state", "finished_at", "attempts", "output",
+/// "reason"}` (`state`: `done`, `dead` or `cancelled`).
+#[derive(Debug, Serialize)]
+pub(crate) struct ResultJson {
+    pub(crate) state: &'static str,
+    pub(crate) finished_at: String,
+    pub(crate) attempts: u32,
+    pub(crate) output: Option<Value>,
+    pub(crate) reason: Option<String>,
+}
+
+impl ResultJson {
+    pub(crate) fn of(r: &JobResult) -> ResultJson {
+        ResultJson {
+            state: finished_str(r.state),
+            finished_at: rfc3339(r.finished_at),
+            attempts: r.attempts,
+            output: r.output.clone(),
+            reason: r.reason.clone(),
+        }
+    }
+}
+
+/// `show`'s document: the entry with `"result"` (the kept result or
+/// `null`); an entry that finished and is gone, its result kept, is
+/// `{"id", "state": "finished", "result"}`.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum ShowJson {
+    Entry {
+        #[serde(flatten)]
+        entry: Box<EntryJson>,
+        result: Option<ResultJson>,
+    },
+    Finished {
+        id: String,
+        state: &'static str,
+        result: ResultJson,
+    },
+}
+
+impl ShowJson {
+    pub(crate) fn of(id: &str, shown: &Shown) -> ShowJson {
+        let result = shown.result.as_ref().ok().and_then(Option::as_ref);
+        match (&shown.entry, result) {
+            (Some(entry), result) => ShowJson::Entry {
+                entry: Box::new(EntryJson::of(entry)),
+                result: result.map(ResultJson::of),
+            },
+            (None, Some(result)) => ShowJson::Finished {
+                id: id.to_owned(),
+                state: "finished",
+                result: ResultJson::of(result),
+            },
+            (None, None) => unreachable!("Ops::show answers not found"),
+        }
+    }
+}
+
+/// A worker: `{"id", "name", "host", "pid", "started_at", "last_seen",
+/// "concurrency", "running": [{"id", "attempt", "started_at"}],
+/// "stopping", "late"}` (`late`: its record is older than 10 s by the
+/// store's clock).
+#[derive(Debug, Serialize)]
+pub(crate) struct WorkerJson {
+    pub(crate) id: String,
+    pub(crate) name: Option<String>,
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    pub(crate) started_at: String,
+    pub(crate) last_seen: String,
+    pub(crate) concurrency: usize,
+    pub(crate) running: Vec<RunJson>,
+    pub(crate) stopping: bool,
+    pub(crate) late: bool,
+}
+
+/// A run in a worker: `{"id", "attempt", "started_at"}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct RunJson {
+    pub(crate) id: String,
+    pub(crate) attempt: u32,
+    pub(crate) started_at: String,
+}
+
+impl WorkerJson {
+    pub(crate) fn of(w: &WorkerInfo, now: SystemTime) -> WorkerJson {
+        WorkerJson {
+            id: w.id.clone(),
+            name: w.name.clone(),
+            host: w.host.clone(),
+            pid: w.pid,
+            started_at: rfc3339(w.started_at),
+            last_seen: rfc3339(w.last_seen),
+            concurrency: w.concurrency,
+            running: w
+                .running
+                .iter()
+                .map(|r| RunJson {
+                    id: r.id.clone(),
+                    attempt: r.attempt,
+                    started_at: rfc3339(r.started_at),
+                })
+                .collect(),
+            stopping: w.stopping,
+            late: is_late(w, now),
+        }
+    }
+}
+
+/// Who holds a run: `{"id", "name", "host", "pid"}` (the last three
+/// `null` when the worker's record is not there).
+#[derive(Debug, Serialize)]
+pub(crate) struct HolderJson {
+    pub(crate) id: String,
+    pub(crate) name: Option<String>,
+    pub(crate) host: Option<String>,
+    pub(crate) pid: Option<u32>,
+}
+
+/// A run under way: `{"id", "attempt", "started_at", "running_for_ms",
+/// "lease_until", "key", "worker": holder | null}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ActiveRunJson {
+    pub(crate) id: String,
+    pub(crate) attempt: u32,
+    pub(crate) started_at: Option<String>,
+    pub(crate) running_for_ms: Option<u64>,
+    pub(crate) lease_until: Option<String>,
+    pub(crate) key: Option<String>,
+    pub(crate) worker: Option<HolderJson>,
+}
+
+impl ActiveRunJson {
+    pub(crate) fn of(
+        e: &EntryInfo<Value>,
+        workers: &[WorkerInfo],
+        now: SystemTime,
+    ) -> ActiveRunJson {
+        ActiveRunJson {
+            id: e.id.clone(),
+            attempt: e.attempt,
+            started_at: e.started_at.map(rfc3339),
+            running_for_ms: e
+                .started_at
+                .map(|at| millis(now.duration_since(at).unwrap_or_default())),
+            lease_until: e.lease_until.map(rfc3339),
+            key: e.key.clone(),
+            worker: e.worker.as_ref().map(|id| {
+                let w = workers.iter().find(|w| &w.id == id);
+                HolderJson {
+                    id: id.clone(),
+                    name: w.and_then(|w| w.name.clone()),
+                    host: w.map(|w| w.host.clone()),
+                    pid: w.map(|w| w.pid),
+                }
+            }),
+        }
+    }
+}
+
+/// A page of runs: `{"running": [...], "next": cursor | null}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct RunningPageJson {
+    pub(crate) running: Vec<ActiveRunJson>,
+    pub(crate) next: Option<String>,
+}
+
+/// A minute of history: `{"at", "inserted", "done", "failed", "dead"}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct MinuteJson {
+    pub(crate) at: String,
+    pub(crate) inserted: u64,
+    pub(crate) done: u64,
+    pub(crate) failed: u64,
+    pub(crate) dead: u64,
+}
+
+/// `history`: `{"since", "minutes": [...]}` (minutes without an event are
+/// not listed).
+#[derive(Debug, Serialize)]
+pub(crate) struct HistoryJson {
+    pub(crate) since: String,
+    pub(crate) minutes: Vec<MinuteJson>,
+}
+
+impl HistoryJson {
+    pub(crate) fn of(since: SystemTime, minutes: &[Minute]) -> HistoryJson {
+        HistoryJson {
+            since: rfc3339(since),
+            minutes: minutes
+                .iter()
+                .map(|m| MinuteJson {
+                    at: rfc3339(m.at),
+                    inserted: m.inserted,
+                    done: m.done,
+                    failed: m.failed,
+                    dead: m.dead,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A queue's health: `{"mark": "green"|"amber"|"red", "reasons",
+/// "latency_ms", "workers", "late_workers", "due", "threshold_ms"}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct HealthJson {
+    pub(crate) mark: &'static str,
+    pub(crate) reasons: Vec<String>,
+    pub(crate) latency_ms: Option<u64>,
+    pub(crate) workers: usize,
+    pub(crate) late_workers: usize,
+    pub(crate) due: u64,
+    pub(crate) threshold_ms: u64,
+}
+
+impl HealthJson {
+    pub(crate) fn of(v: &Verdict, h: &Health, due: u64, threshold: Duration) -> HealthJson {
+        HealthJson {
+            mark: v.mark.as_str(),
+            reasons: v.reasons.clone(),
+            latency_ms: h.latency.map(millis),
+            workers: h.workers.len(),
+            late_workers: v.late,
+            due,
+            threshold_ms: millis(threshold),
+        }
+    }
+}
+
+/// A bulk action's answer: `{"ok": true, "changed": N, "results": [{"id",
+/// "changed": bool, "error": null | "..."}]}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct BulkJson {
+    pub(crate) ok: bool,
+    pub(crate) changed: u64,
+    pub(crate) results: Vec<BulkItemJson>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct BulkItemJson {
+    pub(crate) id: String,
+    pub(crate) changed: bool,
+    pub(crate) error: Option<String>,
+}
+
+impl BulkJson {
+    pub(crate) fn of(outcomes: &[BulkOutcome]) -> BulkJson {
+        BulkJson {
+            ok: true,
+            changed: outcomes.iter().filter(|o| o.changed).count() as u64,
+            results: outcomes
+                .iter()
+                .map(|o| BulkItemJson {
+                    id: o.id.clone(),
+                    changed: o.changed,
+                    error: o.error.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A duration in whole milliseconds.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A page of entries: `{"entries": [...], "next": cursor | null}`.
@@ -99,12 +412,17 @@ impl PageJson {
     }
 }
 
-/// A schedule: `{"name", "spec", "next", "value"}`.
+/// A schedule: `{"name", "spec", "next", "paused", "last_run",
+/// "last_outcome", "value"}` (`last_outcome`: `done`, `dead`,
+/// `cancelled` or `null`).
 #[derive(Debug, Serialize)]
 pub(crate) struct ScheduleJson {
     pub(crate) name: String,
     pub(crate) spec: String,
     pub(crate) next: Option<String>,
+    pub(crate) paused: bool,
+    pub(crate) last_run: Option<String>,
+    pub(crate) last_outcome: Option<&'static str>,
     pub(crate) value: Value,
 }
 
@@ -114,6 +432,9 @@ impl ScheduleJson {
             name: schedule.name.clone(),
             spec: schedule.spec.clone(),
             next: schedule.next.map(rfc3339),
+            paused: schedule.paused,
+            last_run: schedule.last_run.map(rfc3339),
+            last_outcome: schedule.last_outcome.map(finished_str),
             value: schedule.value.clone(),
         }
     }

@@ -49,9 +49,11 @@
     rust_2018_idioms
 )]
 
+mod audit;
 pub mod cli;
 mod error;
 mod fmt;
+mod health;
 mod history;
 mod json;
 mod ops;

@@ -24,15 +24,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use punctual::durable::{
-    Cursor, EntryInfo, EntryState, KeyLimit, Page, QueueStats, Rate, ScheduleInfo,
+    Cursor, EntryInfo, EntryState, JobResult, KeyLimit, Minute, Page, QueueStats, Rate,
+    ScheduleInfo, WorkerInfo,
 };
 use serde_json::Value;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
+use crate::audit::{self, Record, Who};
 use crate::error::OpError;
+use crate::health::Health;
 use crate::history::{History, Point};
-use crate::store::{Handle, Kind, Source, identities};
+use crate::store::{AUDIT_QUEUE, Handle, Kind, Source, identities};
 use crate::timeline::{READ_AT_MOST, Timeline};
 
 /// How long what was read stays good.
@@ -144,6 +147,8 @@ pub(crate) struct Listed {
     /// The name, or `store:name` when several stores hold the name.
     pub(crate) label: String,
     pub(crate) snapshot: Result<Snapshot, OpError>,
+    /// Its workers and latency, when asked for.
+    pub(crate) health: Option<Result<Health, OpError>>,
 }
 
 /// A queue's key limits, with how many entries of each key run now.
@@ -171,6 +176,214 @@ pub(crate) enum Requeue {
     AllDead,
 }
 
+/// Which way a page of entries walks its state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// In delivery order (`entries`): due time, lease end, time of death.
+    #[default]
+    Oldest,
+    /// Backwards (`entries_newest`, with cursors of its own).
+    Newest,
+}
+
+impl Order {
+    pub(crate) fn parse(s: &str) -> Result<Order, OpError> {
+        match s {
+            "oldest" => Ok(Order::Oldest),
+            "newest" => Ok(Order::Newest),
+            _ => Err(OpError::Invalid(format!("order {s:?}: oldest or newest"))),
+        }
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Order::Oldest => "oldest",
+            Order::Newest => "newest",
+        }
+    }
+}
+
+/// A write, as every face asks for it and the audit log records it.
+#[derive(Clone, Debug)]
+pub(crate) enum Write {
+    Pause,
+    Resume,
+    ClearDead,
+    /// Dead letters back, due `delay` from now.
+    Requeue {
+        what: Requeue,
+        delay: Duration,
+    },
+    Remove {
+        id: String,
+    },
+    Cancel {
+        id: String,
+    },
+    RunNow {
+        name: String,
+    },
+    Unschedule {
+        name: String,
+    },
+    PauseSchedule {
+        name: String,
+    },
+    ResumeSchedule {
+        name: String,
+    },
+    SetLimit {
+        key: String,
+        limit: KeyLimit,
+    },
+    RemoveLimit {
+        key: String,
+    },
+}
+
+impl Write {
+    /// Its name in the audit log.
+    pub(crate) fn action(&self) -> &'static str {
+        match self {
+            Write::Pause => "pause",
+            Write::Resume => "resume",
+            Write::ClearDead => "clear-dead",
+            Write::Requeue { .. } => "requeue",
+            Write::Remove { .. } => "remove",
+            Write::Cancel { .. } => "cancel",
+            Write::RunNow { .. } => "run-now",
+            Write::Unschedule { .. } => "unschedule",
+            Write::PauseSchedule { .. } => "pause-schedule",
+            Write::ResumeSchedule { .. } => "resume-schedule",
+            Write::SetLimit { .. } => "set-limit",
+            Write::RemoveLimit { .. } => "remove-limit",
+        }
+    }
+
+    /// The entries, schedules or keys it names.
+    fn ids(&self) -> Vec<String> {
+        match self {
+            Write::Pause | Write::Resume | Write::ClearDead => Vec::new(),
+            Write::Requeue { what, .. } => match what {
+                Requeue::One(id) => vec![id.clone()],
+                Requeue::AllDead => Vec::new(),
+            },
+            Write::Remove { id } | Write::Cancel { id } => vec![id.clone()],
+            Write::RunNow { name }
+            | Write::Unschedule { name }
+            | Write::PauseSchedule { name }
+            | Write::ResumeSchedule { name } => vec![name.clone()],
+            Write::SetLimit { key, .. } | Write::RemoveLimit { key } => vec![key.clone()],
+        }
+    }
+
+    /// What else it says, for the audit log.
+    fn detail(&self) -> Option<String> {
+        match self {
+            Write::Requeue { what, delay } => {
+                let mut parts = Vec::new();
+                if matches!(what, Requeue::AllDead) {
+                    parts.push("every dead letter".to_owned());
+                }
+                if !delay.is_zero() {
+                    parts.push(format!("delay {}", crate::fmt::period(*delay)));
+                }
+                (!parts.is_empty()).then(|| parts.join(", "))
+            }
+            Write::SetLimit { limit, .. } => Some(limit_words(limit)),
+            _ => None,
+        }
+    }
+}
+
+/// A limit in words: `concurrency 5, rate 100/1m`, or `no bound`.
+pub(crate) fn limit_words(limit: &KeyLimit) -> String {
+    let mut parts = Vec::new();
+    if let Some(n) = limit.concurrency {
+        parts.push(format!("concurrency {n}"));
+    }
+    if let Some(rate) = &limit.rate {
+        parts.push(format!(
+            "rate {}/{}",
+            rate.max,
+            crate::fmt::period(rate.per)
+        ));
+    }
+    if parts.is_empty() {
+        "no bound".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// What a bulk action does to each entry it names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bulk {
+    /// Dead letters back, due `delay` from now.
+    Requeue { delay: Duration },
+    /// Entries deleted, in any state.
+    Delete,
+}
+
+impl Bulk {
+    fn action(self) -> &'static str {
+        match self {
+            Bulk::Requeue { .. } => "bulk-requeue",
+            Bulk::Delete => "bulk-delete",
+        }
+    }
+}
+
+/// What a bulk action did to one entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct BulkOutcome {
+    pub(crate) id: String,
+    pub(crate) changed: bool,
+    /// Why it did nothing: no such entry, not a dead letter, a store error.
+    pub(crate) error: Option<String>,
+}
+
+/// An entry and what is kept of its finish; either may be missing.
+#[derive(Clone, Debug)]
+pub(crate) struct Shown {
+    pub(crate) entry: Option<EntryInfo<Value>>,
+    /// The kept result (`Ok(None)`: none kept), or why it could not be
+    /// read.
+    pub(crate) result: Result<Option<JobResult>, OpError>,
+}
+
+/// The runs under way in a queue: a page of its leased entries and the
+/// workers that hold them.
+#[derive(Clone, Debug)]
+pub(crate) struct Running {
+    pub(crate) page: Page<Value>,
+    pub(crate) workers: Result<Vec<WorkerInfo>, OpError>,
+}
+
+/// A page of a store's audit log, newest first.
+#[derive(Clone, Debug)]
+pub(crate) struct AuditPage {
+    pub(crate) records: Vec<audit::Listed>,
+    pub(crate) next: Option<Cursor>,
+}
+
+/// The spans of history the pages chart.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Span {
+    #[default]
+    Hour,
+    Day,
+}
+
+impl Span {
+    pub(crate) fn duration(self) -> Duration {
+        match self {
+            Span::Hour => Duration::from_secs(3600),
+            Span::Day => Duration::from_secs(86_400),
+        }
+    }
+}
+
 /// The most entries a store gives in one page.
 pub(crate) const MAX_PAGE: usize = 1000;
 
@@ -195,7 +408,14 @@ pub(crate) struct Ops {
     snapshots: Slots<Snapshot>,
     timelines: Slots<Timeline>,
     limits: Slots<Limits>,
+    health: Slots<Health>,
+    minutes_hour: Slots<Vec<Minute>>,
+    minutes_day: Slots<Vec<Minute>>,
     history: Mutex<HashMap<QueueId, History>>,
+    /// Each queue's latency as sampled (ms; `None`: nothing due).
+    latencies: Mutex<HashMap<QueueId, History<Option<u64>>>>,
+    /// When each store's audit log was last looked at for old records.
+    swept: Mutex<HashMap<usize, Instant>>,
     stats_reads: AtomicU64,
 }
 
@@ -236,7 +456,12 @@ impl Ops {
             snapshots: Slots::default(),
             timelines: Slots::default(),
             limits: Slots::default(),
+            health: Slots::default(),
+            minutes_hour: Slots::default(),
+            minutes_day: Slots::default(),
             history: Mutex::new(HashMap::new()),
+            latencies: Mutex::new(HashMap::new()),
+            swept: Mutex::new(HashMap::new()),
             stats_reads: AtomicU64::new(0),
         }
     }
@@ -503,18 +728,32 @@ impl Ops {
     /// Every queue of every store with its counts; and the stores that
     /// could not be listed.
     pub(crate) async fn queues(self: &Arc<Self>) -> (Vec<Listed>, Vec<(usize, OpError)>) {
+        self.queues_with(false).await
+    }
+
+    /// [`queues`](Self::queues), with each queue's workers and latency
+    /// when `health` (read at most once per `stats_ttl` too).
+    pub(crate) async fn queues_with(
+        self: &Arc<Self>,
+        health: bool,
+    ) -> (Vec<Listed>, Vec<(usize, OpError)>) {
         let found = self.found().await;
         let mut reads = tokio::task::JoinSet::new();
         for (i, id) in found.ids().enumerate() {
             let ops = self.clone();
             reads.spawn(async move {
-                let snapshot = ops.snapshot(&id).await;
-                (i, id, snapshot)
+                let (snapshot, health) = if health {
+                    let (s, h) = tokio::join!(ops.snapshot(&id), ops.health(&id));
+                    (s, Some(h))
+                } else {
+                    (ops.snapshot(&id).await, None)
+                };
+                (i, id, snapshot, health)
             });
         }
         let mut listed = Vec::new();
         while let Some(done) = reads.join_next().await {
-            let (i, id, snapshot) = done.expect("a snapshot read does not panic");
+            let (i, id, snapshot, health) = done.expect("a snapshot read does not panic");
             listed.push((
                 i,
                 Listed {
@@ -523,6 +762,7 @@ impl Ops {
                     label: self.label(&found, &id),
                     id,
                     snapshot,
+                    health,
                 },
             ));
         }
@@ -547,6 +787,7 @@ impl Ops {
             label: self.label(&found, &id),
             id,
             snapshot: Ok(snapshot),
+            health: None,
         })
     }
 
@@ -705,15 +946,21 @@ impl Ops {
         self.snapshots.forget(id);
         self.timelines.forget(id);
         self.limits.forget(id);
+        self.health.forget(id);
     }
 
-    /// Puts dead letters back, due now; how many.
-    pub(crate) async fn requeue(&self, id: &QueueId, what: &Requeue) -> Result<u64, OpError> {
+    /// Puts dead letters back, due `delay` from now; how many.
+    pub(crate) async fn requeue(
+        &self,
+        id: &QueueId,
+        what: &Requeue,
+        delay: Duration,
+    ) -> Result<u64, OpError> {
         let handle = self.handle(id).await?;
         let changed = match what {
-            Requeue::AllDead => handle.requeue_all_dead().await?,
+            Requeue::AllDead => handle.requeue_all_dead(delay).await?,
             Requeue::One(entry) => {
-                if handle.requeue_dead(entry).await? {
+                if handle.requeue_dead(entry, delay).await? {
                     1
                 } else {
                     // Absent, or there and not dead: nothing to requeue.
@@ -779,6 +1026,372 @@ impl Ops {
         } else {
             Err(no_schedule(id, name))
         }
+    }
+    /// Cancels entry `entry`: 1 if there was one (a leased entry's run is
+    /// stopped), else 0 (it may have finished meanwhile).
+    pub(crate) async fn cancel(&self, id: &QueueId, entry: &str) -> Result<u64, OpError> {
+        let cancelled = self.handle(id).await?.cancel(entry).await?;
+        self.changed(id);
+        Ok(cancelled.into())
+    }
+
+    /// Pauses (`pause`) or resumes schedule `name`: 1 if that changed it,
+    /// 0 if it was so already.
+    pub(crate) async fn pause_schedule(
+        &self,
+        id: &QueueId,
+        name: &str,
+        pause: bool,
+    ) -> Result<u64, OpError> {
+        let handle = self.handle(id).await?;
+        let changed = if pause {
+            handle.pause_schedule(name).await?
+        } else {
+            handle.resume_schedule(name).await?
+        };
+        self.changed(id);
+        if changed {
+            return Ok(1);
+        }
+        if handle.schedules().await?.iter().any(|s| s.name == name) {
+            Ok(0)
+        } else {
+            Err(no_schedule(id, name))
+        }
+    }
+
+    /// Does `write` on queue `id` for `who`, and records it (and its
+    /// outcome, a failure too) in the store's audit log.
+    pub(crate) async fn apply(
+        &self,
+        who: &Who,
+        id: &QueueId,
+        write: &Write,
+    ) -> Result<u64, OpError> {
+        let outcome = match write {
+            Write::Pause => self.pause(id).await,
+            Write::Resume => self.resume(id).await,
+            Write::ClearDead => self.clear_dead(id).await,
+            Write::Requeue { what, delay } => self.requeue(id, what, *delay).await,
+            Write::Remove { id: entry } => self.remove(id, entry).await,
+            Write::Cancel { id: entry } => self.cancel(id, entry).await,
+            Write::RunNow { name } => self.run_now(id, name).await,
+            Write::Unschedule { name } => self.unschedule(id, name).await,
+            Write::PauseSchedule { name } => self.pause_schedule(id, name, true).await,
+            Write::ResumeSchedule { name } => self.pause_schedule(id, name, false).await,
+            Write::SetLimit { key, limit } => self.set_limit(id, key, *limit).await,
+            Write::RemoveLimit { key } => self.remove_limit(id, key).await,
+        };
+        let record = Record {
+            action: write.action().to_owned(),
+            queue: id.name.clone(),
+            ids: write.ids(),
+            detail: write.detail(),
+            ok: outcome.is_ok(),
+            changed: *outcome.as_ref().unwrap_or(&0),
+            error: outcome.as_ref().err().map(|e| e.message().to_owned()),
+            via: who.via,
+            from: who.from.clone(),
+            forwarded_for: who.forwarded_for.clone(),
+            token: who.token,
+        };
+        self.audit(id.source, &record).await;
+        outcome
+    }
+
+    /// Does `bulk` to each of `ids` (at most [`MAX_PAGE`], each once),
+    /// each answered: what changed, and why the others did not. Recorded
+    /// in the audit log as one write.
+    pub(crate) async fn bulk(
+        &self,
+        who: &Who,
+        id: &QueueId,
+        bulk: Bulk,
+        ids: &[String],
+    ) -> Result<Vec<BulkOutcome>, OpError> {
+        let mut unique: Vec<String> = Vec::with_capacity(ids.len());
+        for entry in ids {
+            if !unique.contains(entry) {
+                unique.push(entry.clone());
+            }
+        }
+        if unique.is_empty() {
+            return Err(OpError::Invalid("select at least one entry".to_owned()));
+        }
+        if unique.len() > MAX_PAGE {
+            return Err(OpError::Invalid(format!(
+                "at most {MAX_PAGE} entries at once, not {}",
+                unique.len()
+            )));
+        }
+        let handle = self.handle(id).await?;
+        let mut outcomes = Vec::with_capacity(unique.len());
+        for entry in &unique {
+            let done = match bulk {
+                Bulk::Delete => handle.remove(entry).await,
+                Bulk::Requeue { delay } => handle.requeue_dead(entry, delay).await,
+            };
+            let outcome = match done {
+                Ok(true) => BulkOutcome {
+                    id: entry.clone(),
+                    changed: true,
+                    error: None,
+                },
+                Ok(false) => {
+                    let why = match (bulk, handle.entry(entry).await) {
+                        (_, Ok(None)) => "no such entry in this queue".to_owned(),
+                        (Bulk::Requeue { .. }, Ok(Some(e))) => {
+                            format!("not a dead letter: it is {}", e.state)
+                        }
+                        (Bulk::Delete, Ok(Some(e))) => format!("still {}", e.state),
+                        (_, Err(e)) => e.message().to_owned(),
+                    };
+                    BulkOutcome {
+                        id: entry.clone(),
+                        changed: false,
+                        error: Some(why),
+                    }
+                }
+                Err(e) => BulkOutcome {
+                    id: entry.clone(),
+                    changed: false,
+                    error: Some(e.message().to_owned()),
+                },
+            };
+            outcomes.push(outcome);
+        }
+        self.changed(id);
+        let changed = outcomes.iter().filter(|o| o.changed).count() as u64;
+        let failed = outcomes.len() as u64 - changed;
+        let mut detail = Vec::new();
+        if let Bulk::Requeue { delay } = bulk {
+            if !delay.is_zero() {
+                detail.push(format!("delay {}", crate::fmt::period(delay)));
+            }
+        }
+        if failed > 0 {
+            detail.push(format!("{failed} not changed"));
+        }
+        let record = Record {
+            action: bulk.action().to_owned(),
+            queue: id.name.clone(),
+            ids: unique,
+            detail: (!detail.is_empty()).then(|| detail.join(", ")),
+            ok: true,
+            changed,
+            error: None,
+            via: who.via,
+            from: who.from.clone(),
+            forwarded_for: who.forwarded_for.clone(),
+            token: who.token,
+        };
+        self.audit(id.source, &record).await;
+        Ok(outcomes)
+    }
+
+    /// The audit log's queue of store `source`.
+    async fn audit_handle(&self, source: usize) -> Result<Handle, OpError> {
+        self.handle(&QueueId {
+            source,
+            name: AUDIT_QUEUE.to_owned(),
+        })
+        .await
+    }
+
+    /// Adds `record` to store `source`'s audit log, kept for
+    /// [`audit::KEEP`]; at most once per [`audit::SWEEP_EVERY`] a store's
+    /// write removes a page of the records past that. A log that cannot be
+    /// written does not undo or fail the write it records: it says so on
+    /// stderr.
+    async fn audit(&self, source: usize, record: &Record) {
+        let written = async {
+            let handle = self.audit_handle(source).await?;
+            let value = serde_json::to_value(record).expect("a record serializes");
+            handle.insert(&value, audit::KEEP).await?;
+            let due = {
+                let mut swept = lock(&self.swept);
+                let due = swept
+                    .get(&source)
+                    .is_none_or(|at| at.elapsed() >= audit::SWEEP_EVERY);
+                if due {
+                    swept.insert(source, Instant::now());
+                }
+                due
+            };
+            if due {
+                let old = handle
+                    .entries(EntryState::Due, None, audit::SWEEP_PAGE)
+                    .await?;
+                for entry in old.entries {
+                    handle.remove(&entry.id).await?;
+                }
+            }
+            Ok::<(), OpError>(())
+        };
+        if let Err(e) = written.await {
+            eprintln!(
+                "punctual-admin: could not write the audit log of {}: {e}",
+                self.identity(source)
+            );
+        }
+    }
+
+    /// A page of store `source`'s audit log, newest first.
+    pub(crate) async fn audit_page(
+        &self,
+        source: usize,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<AuditPage, OpError> {
+        let cursor = cursor.map(parse_cursor).transpose()?;
+        let handle = self.audit_handle(source).await?;
+        let page = handle
+            .entries_newest(EntryState::Pending, cursor.as_ref(), limit.min(MAX_PAGE))
+            .await?;
+        Ok(AuditPage {
+            records: page.entries.iter().map(audit::Listed::of).collect(),
+            next: page.next,
+        })
+    }
+
+    /// The store whose identity is `identity` (`redis`, `postgres@2`, a
+    /// label); the first store when `None`.
+    pub(crate) fn source_of(&self, identity: Option<&str>) -> Result<usize, OpError> {
+        match identity {
+            None if self.sources.is_empty() => Err(OpError::NotFound("no store".to_owned())),
+            None => Ok(0),
+            Some(wanted) => self
+                .identities
+                .iter()
+                .position(|i| i == wanted)
+                .ok_or_else(|| {
+                    OpError::NotFound(format!(
+                        "no store {wanted:?}: the stores are {}",
+                        self.identities.join(", ")
+                    ))
+                }),
+        }
+    }
+
+    /// One page of `state`'s entries of `id` walked `order`'s way.
+    pub(crate) async fn entries_in(
+        &self,
+        id: &QueueId,
+        state: EntryState,
+        order: Order,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<Value>, OpError> {
+        match order {
+            Order::Oldest => self.entries(id, state, cursor, limit).await,
+            Order::Newest => {
+                let cursor = cursor.map(parse_cursor).transpose()?;
+                self.handle(id)
+                    .await?
+                    .entries_newest(state, cursor.as_ref(), limit.min(MAX_PAGE))
+                    .await
+            }
+        }
+    }
+
+    /// Entry `entry` of `id` and its kept result, read together: an entry
+    /// that finished is gone, and only its result (where the queue keeps
+    /// one) says how it ended. Not found when neither is there.
+    pub(crate) async fn show(&self, id: &QueueId, entry: &str) -> Result<Shown, OpError> {
+        let handle = self.handle(id).await?;
+        let (found, result) = tokio::join!(handle.entry(entry), handle.result(entry));
+        let found = found?;
+        if found.is_none() && !matches!(result, Ok(Some(_))) {
+            return Err(OpError::NotFound(format!(
+                "no entry {entry:?} in queue {:?}",
+                id.name
+            )));
+        }
+        Ok(Shown {
+            entry: found,
+            result,
+        })
+    }
+
+    /// The workers of `id` and its latency (read at most once per
+    /// `stats_ttl`); sampled for the latency chart.
+    pub(crate) async fn health(&self, id: &QueueId) -> Result<Health, OpError> {
+        self.health
+            .get(id, self.policy.stats_ttl, || self.read_health(id))
+            .await
+    }
+
+    async fn read_health(&self, id: &QueueId) -> Result<Health, OpError> {
+        let handle = self.handle(id).await?;
+        let (latency, workers, now) =
+            tokio::try_join!(handle.latency(), handle.workers(), handle.now())?;
+        if self.policy.history {
+            let ms = latency.map(|l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX));
+            lock(&self.latencies)
+                .entry(id.clone())
+                .or_default()
+                .record(now, ms);
+        }
+        Ok(Health { latency, workers })
+    }
+
+    /// The sampled latency of `id` since the dashboard started (ms).
+    pub(crate) fn latency_history(&self, id: &QueueId) -> Vec<Point<Option<u64>>> {
+        lock(&self.latencies)
+            .get(id)
+            .map(|h| h.points().to_vec())
+            .unwrap_or_default()
+    }
+
+    /// The per-minute history of `id` over the last `span` (read at most
+    /// once per `stats_ttl`).
+    pub(crate) async fn minutes(
+        self: &Arc<Self>,
+        id: &QueueId,
+        span: Span,
+    ) -> Result<Vec<Minute>, OpError> {
+        let slots = match span {
+            Span::Hour => &self.minutes_hour,
+            Span::Day => &self.minutes_day,
+        };
+        slots
+            .get(id, self.policy.stats_ttl, || async {
+                let now = self.snapshot(id).await?.now();
+                self.history_since(id, now - span.duration()).await
+            })
+            .await
+    }
+
+    /// The per-minute history of `id` since `since` (the store's clock).
+    pub(crate) async fn history_since(
+        &self,
+        id: &QueueId,
+        since: SystemTime,
+    ) -> Result<Vec<Minute>, OpError> {
+        self.handle(id).await?.history(since).await
+    }
+
+    /// A page of the runs under way in `id` (its leased entries), with the
+    /// workers that hold them.
+    pub(crate) async fn running(
+        &self,
+        id: &QueueId,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Running, OpError> {
+        let (page, health) = tokio::join!(
+            self.entries(id, EntryState::Leased, cursor, limit),
+            self.health(id)
+        );
+        Ok(Running {
+            page: page?,
+            workers: health.map(|h| h.workers),
+        })
+    }
+
+    /// The store's clock, read now.
+    pub(crate) async fn store_now(&self, id: &QueueId) -> Result<SystemTime, OpError> {
+        self.handle(id).await?.now().await
     }
 }
 

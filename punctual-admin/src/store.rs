@@ -7,7 +7,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use punctual::durable::{Cursor, EntryInfo, EntryState, KeyLimit, Page, QueueStats, ScheduleInfo};
+use punctual::durable::{
+    Cursor, EntryInfo, EntryState, JobResult, KeyLimit, Minute, Page, QueueStats, ScheduleInfo,
+    WorkerInfo,
+};
 use punctual::memory::MemoryQueue;
 use punctual::postgres::PgQueue;
 use punctual::postgres::sqlx::PgPool;
@@ -17,6 +20,8 @@ use serde_json::Value;
 use tokio::sync::OnceCell;
 
 use crate::error::OpError;
+
+mod explain;
 
 /// Which kind of store holds a queue, as the JSON's `"store"` and the
 /// `kind:NAME` form of a queue's name write it.
@@ -65,9 +70,17 @@ pub(crate) enum Source {
         schema: String,
         pool: OnceCell<PgPool>,
     },
-    /// The queues given by hand.
-    Memory { queues: Vec<MemoryQueue<Value>> },
+    /// The queues given by hand, and the audit log's queue, made in
+    /// this process's memory when first written.
+    Memory {
+        queues: Vec<MemoryQueue<Value>>,
+        audit: OnceCell<MemoryQueue<Value>>,
+    },
 }
+
+/// The queue each store keeps the admin's audit log in (see
+/// `audit.rs`): hidden from every list, never resolved by name.
+pub(crate) const AUDIT_QUEUE: &str = "punctual-admin.audit";
 
 /// How long opening a queue or listing a store's queues may take.
 const CONNECT_LIMIT: Duration = Duration::from_secs(10);
@@ -110,70 +123,137 @@ impl Source {
         }
     }
 
+    /// The queues of this process's memory given by hand.
+    pub(crate) fn memory(queues: Vec<MemoryQueue<Value>>) -> Source {
+        Source::Memory {
+            queues,
+            audit: OnceCell::new(),
+        }
+    }
+
     /// Where the store is, for people: its URL without a password (and the
     /// schema).
     pub(crate) fn describe(&self) -> String {
         match self {
             Source::Redis { url, .. } => redact(url),
             Source::Postgres { url, schema, .. } => format!("{} schema {schema}", redact(url)),
-            Source::Memory { queues } => format!("this process's memory ({} queues)", queues.len()),
+            Source::Memory { queues, .. } => {
+                format!("this process's memory ({} queues)", queues.len())
+            }
         }
     }
 
-    /// The names of the store's queues, sorted; an error names the store.
+    /// The names of the store's queues, sorted (the audit log's apart);
+    /// an error names the store and, where it can, says what answers at
+    /// its address when that is not the store it should be.
     pub(crate) async fn names(&self) -> Result<Vec<String>, OpError> {
-        match self {
-            Source::Redis { url, .. } => bounded(punctual::redis::queue_names(url))
-                .await
-                .and_then(|r| r.map_err(|e| OpError::Store(e.to_string())))
-                .map_err(|e| OpError::Store(format!("{}: {e}", redact(url)))),
+        let mut names = match self {
+            Source::Redis { url, .. } => match bounded(punctual::redis::queue_names(url)).await {
+                Ok(Ok(names)) => names,
+                Ok(Err(e)) => return Err(explain::redis(url, &e.to_string()).await),
+                Err(e) => return Err(explain::redis(url, e.message()).await),
+            },
             Source::Postgres { url, schema, .. } => {
-                bounded(punctual::postgres::queue_names(url, schema))
-                    .await
-                    .and_then(|r| r.map_err(|e| OpError::Store(e.to_string())))
-                    .map_err(|e| OpError::Store(format!("{}: {e}", redact(url))))
+                match bounded(punctual::postgres::queue_names(url, schema)).await {
+                    Ok(Ok(names)) if names.is_empty() => {
+                        self.check_schema().await?;
+                        names
+                    }
+                    Ok(Ok(names)) => names,
+                    Ok(Err(e)) => return Err(explain::postgres(url, &e.to_string()).await),
+                    Err(e) => return Err(explain::postgres(url, e.message()).await),
+                }
             }
-            Source::Memory { queues } => {
+            Source::Memory { queues, .. } => {
                 let mut names: Vec<String> = queues.iter().map(|q| q.name().to_owned()).collect();
                 names.sort();
                 names.dedup();
-                Ok(names)
+                names
             }
+        };
+        names.retain(|n| n != AUDIT_QUEUE);
+        Ok(names)
+    }
+
+    /// A PostgreSQL store's schema exists (a schema that does not is a
+    /// mistake in `--schema`, not a store without queues).
+    async fn check_schema(&self) -> Result<(), OpError> {
+        let Source::Postgres { url, schema, .. } = self else {
+            return Ok(());
+        };
+        let pool = self.pool().await?;
+        let found: Result<Option<i32>, _> = bounded(
+            punctual::postgres::sqlx::query_scalar(
+                "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1",
+            )
+            .bind(schema.as_str())
+            .fetch_optional(&pool),
+        )
+        .await?;
+        match found {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(OpError::NotFound(format!(
+                "{}: the database has no schema {schema:?} (punctual's queues live in schema \
+                 {:?} unless the application chose another: give it with --schema)",
+                redact(url),
+                crate::DEFAULT_SCHEMA
+            ))),
+            Err(e) => Err(explain::postgres(url, &e.to_string()).await),
         }
     }
 
-    /// Opens queue `name` of this store.
+    /// A PostgreSQL store's pool, made when first needed.
+    async fn pool(&self) -> Result<PgPool, OpError> {
+        let Source::Postgres { url, pool, .. } = self else {
+            unreachable!("a PostgreSQL store's pool");
+        };
+        pool.get_or_try_init(|| async {
+            PgPoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(CONNECT_LIMIT)
+                .connect_lazy(url)
+                .map_err(|e| OpError::Store(format!("{}: {e}", redact(url))))
+        })
+        .await
+        .cloned()
+    }
+
+    /// Opens queue `name` of this store (the audit log's queue,
+    /// [`AUDIT_QUEUE`], too: in memory it is made here when first asked
+    /// for, on the clock of the first queue given).
     pub(crate) async fn open(&self, name: &str) -> Result<Handle, OpError> {
         match self {
             Source::Redis { url, .. } => {
-                let queue = bounded(RedisQueue::builder(name).url(url).build())
-                    .await?
-                    .map_err(OpError::redis)?;
-                Ok(Handle::Redis(queue))
+                let built = bounded(RedisQueue::builder(name).url(url).build()).await?;
+                match built {
+                    Ok(queue) => Ok(Handle::Redis(queue)),
+                    Err(e @ punctual::redis::Error::InvalidName(_)) => Err(OpError::redis(e)),
+                    Err(e) => Err(explain::redis(url, &e.to_string()).await),
+                }
             }
-            Source::Postgres {
-                url, schema, pool, ..
-            } => {
-                let pool = pool
+            Source::Postgres { url, schema, .. } => {
+                let pool = self.pool().await?;
+                let built =
+                    bounded(PgQueue::builder(name).pool(pool).schema(schema).build()).await?;
+                match built {
+                    Ok(queue) => Ok(Handle::Postgres(queue)),
+                    Err(e @ punctual::postgres::Error::InvalidName(_)) => Err(OpError::postgres(e)),
+                    Err(e) => Err(explain::postgres(url, &e.to_string()).await),
+                }
+            }
+            Source::Memory { queues, audit } if name == AUDIT_QUEUE => {
+                let queue = audit
                     .get_or_try_init(|| async {
-                        PgPoolOptions::new()
-                            .max_connections(4)
-                            .acquire_timeout(CONNECT_LIMIT)
-                            .connect_lazy(url)
-                            .map_err(|e| OpError::Store(format!("{}: {e}", redact(url))))
+                        let mut builder = MemoryQueue::builder(AUDIT_QUEUE);
+                        if let Some(first) = queues.first() {
+                            builder = builder.start_at(first.now().await.map_err(OpError::memory)?);
+                        }
+                        Ok::<_, OpError>(builder.build())
                     })
                     .await?;
-                let queue = bounded(
-                    PgQueue::builder(name)
-                        .pool(pool.clone())
-                        .schema(schema)
-                        .build(),
-                )
-                .await?
-                .map_err(OpError::postgres)?;
-                Ok(Handle::Postgres(queue))
+                Ok(Handle::Memory(queue.clone()))
             }
-            Source::Memory { queues } => queues
+            Source::Memory { queues, .. } => queues
                 .iter()
                 .find(|q| q.name() == name)
                 .map(|q| Handle::Memory(q.clone()))
@@ -312,12 +392,61 @@ impl Handle {
         each!(self, q => q.schedules())
     }
 
-    pub(crate) async fn requeue_dead(&self, id: &str) -> Result<bool, OpError> {
-        each!(self, q => q.requeue_dead(id, Duration::ZERO))
+    /// Puts dead letter `id` back, due `delay` from now.
+    pub(crate) async fn requeue_dead(&self, id: &str, delay: Duration) -> Result<bool, OpError> {
+        each!(self, q => q.requeue_dead(id, delay))
     }
 
-    pub(crate) async fn requeue_all_dead(&self) -> Result<u64, OpError> {
-        each!(self, q => q.requeue_all_dead(Duration::ZERO))
+    pub(crate) async fn requeue_all_dead(&self, delay: Duration) -> Result<u64, OpError> {
+        each!(self, q => q.requeue_all_dead(delay))
+    }
+
+    /// A page of `state`'s entries, newest first (cursors of its own).
+    pub(crate) async fn entries_newest(
+        &self,
+        state: EntryState,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page<Value>, OpError> {
+        each!(self, q => q.entries_newest(state, cursor, limit))
+    }
+
+    /// The result kept of entry `id`, if the queue keeps results.
+    pub(crate) async fn result(&self, id: &str) -> Result<Option<JobResult>, OpError> {
+        each!(self, q => q.result(id))
+    }
+
+    /// Cancels entry `id` (a leased one is stopped); whether there was one.
+    pub(crate) async fn cancel(&self, id: &str) -> Result<bool, OpError> {
+        each!(self, q => q.cancel(id))
+    }
+
+    pub(crate) async fn workers(&self) -> Result<Vec<WorkerInfo>, OpError> {
+        each!(self, q => q.workers())
+    }
+
+    pub(crate) async fn history(
+        &self,
+        since: std::time::SystemTime,
+    ) -> Result<Vec<Minute>, OpError> {
+        each!(self, q => q.history(since))
+    }
+
+    pub(crate) async fn latency(&self) -> Result<Option<Duration>, OpError> {
+        each!(self, q => q.latency())
+    }
+
+    pub(crate) async fn pause_schedule(&self, name: &str) -> Result<bool, OpError> {
+        each!(self, q => q.pause_schedule(name))
+    }
+
+    pub(crate) async fn resume_schedule(&self, name: &str) -> Result<bool, OpError> {
+        each!(self, q => q.resume_schedule(name))
+    }
+
+    /// Inserts `value` due `delay` from now (the audit log's records).
+    pub(crate) async fn insert(&self, value: &Value, delay: Duration) -> Result<String, OpError> {
+        each!(self, q => q.insert(value, delay))
     }
 
     pub(crate) async fn clear_dead(&self) -> Result<u64, OpError> {

@@ -340,6 +340,7 @@ async fn a_person_clicks_through_the_dashboard() {
 
             // A dead letter, opened and requeued.
             click(&c, r#".tabs a[data-state="dead"]"#).await;
+            click(&c, r#"a[data-order="oldest"]"#).await;
             assert_eq!(ids(&c).await, ["dead-1", "dead-2", "dead-3"]);
             click(&c, r#"tr[data-entry="dead-1"] a.id"#).await;
             assert_eq!(text(&c, "[data-entry-state]").await, "dead");
@@ -379,9 +380,11 @@ async fn a_person_clicks_through_the_dashboard() {
 
             // The other store: delete its dead letters, which wants the box
             // ticked first (the browser refuses to send the form until then).
-            c.goto(&format!("{base}/queues/postgres:orders/entries?state=dead"))
-                .await
-                .unwrap();
+            c.goto(&format!(
+                "{base}/queues/postgres:orders/entries?state=dead&order=oldest"
+            ))
+            .await
+            .unwrap();
             let page = c.find(Locator::Css("html")).await.unwrap();
             tick(&c, r#"button[data-action="clear-dead"]"#).await;
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -402,11 +405,18 @@ async fn a_person_clicks_through_the_dashboard() {
             ))
             .await
             .unwrap();
-            click(
-                &c,
-                r#"tr[data-entry="order-005"] button[data-action="remove"]"#,
-            )
-            .await;
+            // A row's Delete wants its box ticked, as the entry page's does.
+            let page = c.find(Locator::Css("html")).await.unwrap();
+            let row = r#"tr[data-entry="order-005"]"#;
+            tick(&c, &format!(r#"{row} button[data-action="remove"]"#)).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(
+                page.tag_name().await.is_ok(),
+                "the form was not sent unticked"
+            );
+            assert!(p.entry("order-005").await.unwrap().is_some());
+            tick(&c, &format!(r#"{row} input[data-confirm="remove"]"#)).await;
+            click(&c, &format!(r#"{row} button[data-action="remove"]"#)).await;
             assert!(text(&c, ".flash").await.contains("Deleted order-005"));
             assert!(p.entry("order-005").await.unwrap().is_none());
         })
@@ -425,7 +435,10 @@ async fn a_person_clicks_through_the_dashboard() {
         // The other pages, to look at (not committed).
         for (name, path) in [
             ("overview", "/"),
-            ("entries", "/queues/redis:orders/entries?state=dead"),
+            (
+                "entries",
+                "/queues/redis:orders/entries?state=dead&order=oldest",
+            ),
             ("entry", "/queues/redis:orders/entries/dead-2"),
         ] {
             c.goto(&format!("{base}{path}")).await.unwrap();
@@ -452,7 +465,7 @@ async fn read_only_and_token_keep_writes_out() {
         .run("safety", move |c| async move {
             let r = r2;
             // Read-only: the pages show no button at all.
-            for path in ["/", "/queues/orders", "/queues/orders/entries?state=dead", "/queues/orders/entries/dead-1"] {
+            for path in ["/", "/queues/orders", "/queues/orders/entries?state=dead&order=oldest", "/queues/orders/entries/dead-1"] {
                 c.goto(&format!("{ro_base}{path}")).await.unwrap();
                 text(&c, "main h1").await;
                 assert!(

@@ -245,6 +245,9 @@ async fn reads_answer_the_json_shapes_and_exit_codes() {
                         "key",
                         "priority",
                         "last_error",
+                        "started_at",
+                        "worker",
+                        "errors",
                         "value"
                     ])
                 );
@@ -392,7 +395,18 @@ async fn reads_answer_the_json_shapes_and_exit_codes() {
     let list = list.as_array().unwrap();
     assert_eq!(list.len(), 2);
     for sched in list {
-        assert_eq!(keys(sched), set(&["name", "spec", "next", "value"]));
+        assert_eq!(
+            keys(sched),
+            set(&[
+                "name",
+                "spec",
+                "next",
+                "paused",
+                "last_run",
+                "last_outcome",
+                "value"
+            ])
+        );
         is_rfc3339_utc(&sched["next"]);
     }
     let specs: BTreeSet<(String, String)> = list
@@ -407,7 +421,7 @@ async fn reads_answer_the_json_shapes_and_exit_codes() {
     assert_eq!(
         specs,
         BTreeSet::from([
-            ("cleanup".into(), "*/5 * * * *".into()),
+            ("cleanup".into(), common::cleanup_spec().into()),
             ("nightly-report".into(), "every 1h skip".into())
         ])
     );

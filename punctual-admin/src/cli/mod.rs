@@ -15,16 +15,18 @@ use serde::Serialize;
 
 mod text;
 
-use text::{clip, printable, row, table};
+use text::{clip, printable, row, shell_word, table};
 
+use crate::audit::{RecordJson, Who};
 use crate::error::OpError;
 use crate::fmt;
 use crate::json::{
-    EntryJson, ErrorJson, LimitsJson, PageJson, QueueJson, ScheduleJson, WriteJson, rfc3339,
+    ActiveRunJson, ErrorJson, HistoryJson, LimitsJson, PageJson, QueueJson, RunningPageJson,
+    ScheduleJson, ShowJson, WorkerJson, WriteJson, finished_str, rfc3339,
 };
 use crate::ops::{
-    DEFAULT_KEY, DEFAULT_LIMIT, Ops, Policy, Requeue, parse_limit, parse_rate, parse_state,
-    wall_clock,
+    DEFAULT_KEY, DEFAULT_LIMIT, Listed, Ops, Order, Policy, Requeue, Write, limit_words,
+    parse_limit, parse_period, parse_rate, parse_state,
 };
 use crate::store::{Source, identities};
 use punctual::durable::EntryState;
@@ -41,16 +43,19 @@ use punctual::durable::{KeyLimit, Rate};
 )]
 struct Cli {
     /// A Redis server: every queue on it (repeatable; `rediss://` for TLS).
-    /// `LABEL=URL` names it LABEL (letters, digits, - and _).
-    #[arg(long = "redis", value_name = "[LABEL=]URL")]
+    /// `LABEL=URL` names it LABEL (letters, digits, - and _). Without
+    /// any, PUNCTUAL_REDIS_URL (one URL, or several separated by commas).
+    #[arg(long = "redis", value_name = "[LABEL=]URL", global = true)]
     redis: Vec<String>,
     /// A PostgreSQL database: every queue in its schema (repeatable;
     /// `sslmode=verify-full` and the rest in the URL). `LABEL=URL` names
-    /// it LABEL.
-    #[arg(long = "postgres", value_name = "[LABEL=]URL")]
+    /// it LABEL. Without any, PUNCTUAL_POSTGRES_URL (one URL, or several
+    /// separated by commas).
+    #[arg(long = "postgres", value_name = "[LABEL=]URL", global = true)]
     postgres: Vec<String>,
-    /// The schema of the `--postgres` before it [default: punctual].
-    #[arg(long = "schema", value_name = "S")]
+    /// The schema of the `--postgres` before it [default: punctual]; with
+    /// PUNCTUAL_POSTGRES_URL, one --schema for each of its URLs.
+    #[arg(long = "schema", value_name = "S", global = true)]
     schema: Vec<String>,
     #[command(subcommand)]
     command: Command,
@@ -58,6 +63,12 @@ struct Cli {
 
 /// How a `QUEUE` argument names its store, under every `--help`.
 const QUEUE_HELP: &str = "\
+The store flags (--redis, --postgres, --schema) may come before or after
+the command. Without --redis, PUNCTUAL_REDIS_URL gives the Redis stores,
+and without --postgres, PUNCTUAL_POSTGRES_URL the PostgreSQL ones (one
+URL, or several separated by commas): so passwords need not be on the
+command line, nor in the shell's history.
+
 QUEUE is a queue's name, or STORE:NAME when several stores hold the name.
 STORE is a store's label (--redis eu=URL: eu:NAME), else its kind for the
 first store of a kind (redis:NAME, postgres:NAME) and KIND@N for the N-th
@@ -89,6 +100,10 @@ enum Command {
             value_name = "TOKEN"
         )]
         token: Option<String>,
+        /// A queue whose oldest due entry has waited longer is marked amber
+        /// (30s, 1m, 5m...).
+        #[arg(long, default_value = "60s", value_name = "PERIOD", value_parser = period_arg)]
+        latency_threshold: std::time::Duration,
     },
     /// Every queue found on the given stores, with counts.
     Queues(Out),
@@ -119,17 +134,24 @@ enum Command {
         /// Where the page starts: the `next` of the page before.
         #[arg(long, value_name = "C")]
         cursor: Option<String>,
+        /// oldest (delivery order: due time, lease end, time of death) or
+        /// newest (backwards; cursors of its own).
+        #[arg(long, default_value = "oldest", value_name = "ORDER", value_parser = order_arg)]
+        order: Order,
         #[command(flatten)]
         out: Out,
     },
-    /// One entry, in any state.
+    /// One entry, in any state, with its failed attempts and its kept
+    /// result (an entry that finished is gone; its result stays while the
+    /// queue keeps results).
     Show {
         queue: String,
         id: String,
         #[command(flatten)]
         out: Out,
     },
-    /// Puts a dead letter (or every one) back, due now, attempts reset.
+    /// Puts a dead letter (or every one) back, due now (or after
+    /// --delay), attempts reset.
     Requeue {
         queue: String,
         #[arg(required_unless_present = "all_dead")]
@@ -137,6 +159,65 @@ enum Command {
         /// Every dead letter of the queue.
         #[arg(long, conflicts_with = "id")]
         all_dead: bool,
+        /// Due this long from now (10m, 1h30m, 500ms) rather than now.
+        #[arg(long, value_name = "PERIOD", value_parser = period_arg)]
+        delay: Option<std::time::Duration>,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Cancels an entry: a pending, due or dead one is deleted; a running
+    /// one is stopped at its handler's next await and deleted, never
+    /// retried. `changed: 0` when there is no such entry (it may have
+    /// finished).
+    Cancel {
+        queue: String,
+        id: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// The live workers of a queue: name, host, pid, places, what each
+    /// runs, when it was last heard from.
+    Workers {
+        queue: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// The runs under way (the leased entries): the worker holding each,
+    /// when it started, how long it has run, its attempt.
+    Running {
+        queue: String,
+        /// Runs per page (at most 1000).
+        #[arg(long, default_value_t = DEFAULT_LIMIT, value_name = "N", value_parser = limit_arg)]
+        limit: usize,
+        /// Where the page starts: the `next` of the page before.
+        #[arg(long, value_name = "C")]
+        cursor: Option<String>,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// What happened per minute: inserted, done, failed, sent to the dead
+    /// letters (minutes without an event are left out).
+    History {
+        queue: String,
+        /// How far back (1h, 30m; the store keeps a day).
+        #[arg(long, default_value = "1h", value_name = "PERIOD", value_parser = period_arg)]
+        last: std::time::Duration,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// The audit log of a store (every write made through punctual-admin),
+    /// newest first.
+    Audit {
+        /// Which store: its label, or redis, postgres, redis@2... [default:
+        /// the first given].
+        #[arg(long, value_name = "STORE")]
+        store: Option<String>,
+        /// Records per page (at most 1000).
+        #[arg(long, default_value_t = DEFAULT_LIMIT, value_name = "N", value_parser = limit_arg)]
+        limit: usize,
+        /// Where the page starts: the `next` of the page before.
+        #[arg(long, value_name = "C")]
+        cursor: Option<String>,
         #[command(flatten)]
         out: Out,
     },
@@ -180,6 +261,24 @@ enum Command {
     },
     /// Deletes a schedule and its tick.
     Unschedule {
+        queue: String,
+        name: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Pauses a schedule: its tick stays pending and is not delivered
+    /// (run-now still runs one).
+    #[command(name = "pause-schedule")]
+    PauseSchedule {
+        queue: String,
+        name: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Resumes a paused schedule: a tick that came due meanwhile runs once,
+    /// then its missed-ticks rule applies.
+    #[command(name = "resume-schedule")]
+    ResumeSchedule {
         queue: String,
         name: String,
         #[command(flatten)]
@@ -238,6 +337,16 @@ struct Out {
 /// `--limit`'s value: see [`parse_limit`].
 fn limit_arg(s: &str) -> Result<usize, String> {
     parse_limit(s).map_err(|e| e.to_string())
+}
+
+/// A period's value (`--delay`, `--last`): see [`parse_period`].
+fn period_arg(s: &str) -> Result<std::time::Duration, String> {
+    parse_period(s).map_err(|e| e.to_string())
+}
+
+/// `--order`'s value.
+fn order_arg(s: &str) -> Result<Order, String> {
+    Order::parse(s).map_err(|e| e.to_string())
 }
 
 /// `--rate`'s value: see [`parse_rate`].
@@ -367,34 +476,80 @@ where
         .indices_of("schema")
         .map(Iterator::collect)
         .unwrap_or_default();
-    let mut schemas: Vec<Option<String>> = vec![None; cli.postgres.len()];
-    for (schema, at) in cli.schema.iter().zip(&schema_at) {
-        let Some(owner) = pg_at.iter().rposition(|pg| pg < at) else {
+    let mut sources: Vec<Source> = cli.redis.iter().map(|url| Source::redis(url)).collect();
+    if cli.postgres.is_empty() {
+        // PUNCTUAL_POSTGRES_URL's stores share the one --schema given.
+        if cli.schema.len() > 1 {
+            return Err(bad(
+                "several --schema, and the PostgreSQL stores come from PUNCTUAL_POSTGRES_URL: \
+                 give them with --postgres URL --schema S each"
+                    .to_owned(),
+            ));
+        }
+        let schema = cli
+            .schema
+            .first()
+            .map_or(crate::DEFAULT_SCHEMA, String::as_str);
+        let urls = from_env("PUNCTUAL_POSTGRES_URL");
+        if urls.is_empty() && !cli.schema.is_empty() {
             return Err(bad(format!(
-                "--schema {schema} comes before any --postgres: write it after the URL it belongs to"
-            )));
-        };
-        if schemas[owner].replace(schema.clone()).is_some() {
-            return Err(bad(format!(
-                "two --schema for --postgres {}",
-                crate::store::redact(&cli.postgres[owner])
+                "--schema {} without --postgres: write it after the URL it belongs to",
+                cli.schema[0]
             )));
         }
+        for url in urls {
+            sources.push(Source::postgres(&url, schema));
+        }
+    } else {
+        let mut schemas: Vec<Option<String>> = vec![None; cli.postgres.len()];
+        for (schema, at) in cli.schema.iter().zip(&schema_at) {
+            let Some(owner) = pg_at.iter().rposition(|pg| pg < at) else {
+                return Err(bad(format!(
+                    "--schema {schema} comes before any --postgres: write it after the URL it belongs to"
+                )));
+            };
+            if schemas[owner].replace(schema.clone()).is_some() {
+                return Err(bad(format!(
+                    "two --schema for --postgres {}",
+                    crate::store::redact(&cli.postgres[owner])
+                )));
+            }
+        }
+        for (url, schema) in cli.postgres.iter().zip(schemas) {
+            sources.push(Source::postgres(
+                url,
+                schema.as_deref().unwrap_or(crate::DEFAULT_SCHEMA),
+            ));
+        }
     }
-    let mut sources: Vec<Source> = cli.redis.iter().map(|url| Source::redis(url)).collect();
-    for (url, schema) in cli.postgres.iter().zip(schemas) {
-        sources.push(Source::postgres(
-            url,
-            schema.as_deref().unwrap_or(crate::DEFAULT_SCHEMA),
-        ));
+    if cli.redis.is_empty() {
+        let redis: Vec<Source> = from_env("PUNCTUAL_REDIS_URL")
+            .iter()
+            .map(|url| Source::redis(url))
+            .collect();
+        sources.splice(0..0, redis);
     }
     if sources.is_empty() {
         return Err(bad(
-            "no store given: add --redis URL or --postgres URL before the command".to_owned(),
+            "no store given: add --redis URL or --postgres URL (before or after the command), \
+             or set PUNCTUAL_REDIS_URL or PUNCTUAL_POSTGRES_URL"
+                .to_owned(),
         ));
     }
     identities(&sources).map_err(bad)?;
     Ok((cli, sources))
+}
+
+/// The URLs an environment variable gives: one, or several separated by
+/// commas (blanks around them ignored).
+fn from_env(var: &str) -> Vec<String> {
+    std::env::var(var)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 async fn execute(command: Command, sources: Vec<Source>) -> ExitCode {
@@ -402,13 +557,15 @@ async fn execute(command: Command, sources: Vec<Source>) -> ExitCode {
         bind,
         read_only,
         token,
+        latency_threshold,
     } = command
     {
-        return crate::web::serve::run(sources, &bind, read_only, token).await;
+        return crate::web::serve::run(sources, &bind, read_only, token, latency_threshold).await;
     }
     let ops = Arc::new(Ops::new(sources, Policy::FRESH));
     let json = json_of(&command);
-    match command_output(&ops, command, json).await {
+    // Boxed: the future of every command together is large.
+    match Box::pin(command_output(&ops, command, json)).await {
         Ok(text) if json => {
             println!("{text}");
             ExitCode::SUCCESS
@@ -450,7 +607,14 @@ fn json_of(command: &Command) -> bool {
         | Command::Unschedule { out, .. }
         | Command::Limits { out, .. }
         | Command::SetLimit { out, .. }
-        | Command::RemoveLimit { out, .. } => out.json,
+        | Command::RemoveLimit { out, .. }
+        | Command::Cancel { out, .. }
+        | Command::Workers { out, .. }
+        | Command::Running { out, .. }
+        | Command::History { out, .. }
+        | Command::Audit { out, .. }
+        | Command::PauseSchedule { out, .. }
+        | Command::ResumeSchedule { out, .. } => out.json,
     }
 }
 
@@ -468,41 +632,14 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
             human
         }
     };
+    let who = Who::cli();
+    // A queue and an entry as a shell reads them back (`'#24'`).
+    let sh = |s: &str| shell_word(s);
     Ok(match command {
         Command::Serve { .. } => unreachable!("served above"),
         Command::Queues(_) => {
             let (listed, failed) = ops.queues().await;
-            if let Some((_, e)) = failed.first() {
-                return Err(e.clone());
-            }
-            if let Some(e) = listed.iter().find_map(|l| l.snapshot.as_ref().err()) {
-                return Err(e.clone());
-            }
-            if json {
-                let all: Vec<QueueJson> = listed.iter().filter_map(QueueJson::of).collect();
-                to_json(&all)
-            } else {
-                let mut rows = vec![row(&[
-                    "STORE", "QUEUE", "STATE", "PENDING", "DUE", "LEASED", "DEAD",
-                ])];
-                for l in &listed {
-                    let s = l.snapshot.as_ref().expect("checked above");
-                    rows.push(vec![
-                        ops.store_name(l.id.source),
-                        l.id.name.clone(),
-                        if s.paused { "paused" } else { "running" }.to_owned(),
-                        fmt::count(s.stats.pending),
-                        fmt::count(s.stats.due),
-                        fmt::count(s.stats.leased),
-                        fmt::count(s.stats.dead),
-                    ]);
-                }
-                if listed.is_empty() {
-                    "no queue on the stores given".to_owned()
-                } else {
-                    table(&rows, &[3, 4, 5, 6])
-                }
-            }
+            queues_output(ops, &listed, &failed, json)?
         }
         Command::Stats { queue, .. } => {
             let listed = ops.stats(&queue).await?;
@@ -530,15 +667,18 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
             state,
             limit,
             cursor,
+            order,
             ..
         } => {
             let state = parse_state(&state)?;
             let id = queue_of(&queue).await?;
-            let page = ops.entries(&id, state, cursor.as_deref(), limit).await?;
+            let page = ops
+                .entries_in(&id, state, order, cursor.as_deref(), limit)
+                .await?;
             if json {
                 to_json(&PageJson::of(&page))
             } else {
-                let now = wall_clock();
+                let now = ops.store_now(&id).await?;
                 let when = match state {
                     EntryState::Pending | EntryState::Due => "DUE",
                     EntryState::Leased => "LEASE UNTIL",
@@ -557,7 +697,7 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
                 for e in &page.entries {
                     let when = e.lease_until.or(e.died_at).unwrap_or(e.due);
                     rows.push(vec![
-                        printable(&e.id),
+                        printable(&sh(&e.id)),
                         format!("{} ({})", rfc3339(when), fmt::relative(when, now)),
                         e.attempt.to_string(),
                         e.priority.to_string(),
@@ -579,6 +719,9 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
                 };
                 if let Some(next) = &page.next {
                     text.push_str(&format!("\nnext page: --cursor {next}"));
+                    if order == Order::Newest {
+                        text.push_str(" --order newest");
+                    }
                 }
                 text
             }
@@ -587,35 +730,19 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
             queue, id: entry, ..
         } => {
             let id = queue_of(&queue).await?;
-            let e = ops.entry(&id, &entry).await?;
+            let shown = ops.show(&id, &entry).await?;
             if json {
-                to_json(&EntryJson::of(&e))
+                to_json(&ShowJson::of(&entry, &shown))
             } else {
-                let t = |at: Option<std::time::SystemTime>| at.map_or("-".into(), rfc3339);
-                format!(
-                    "id          {}\nstate       {}\ndue         {}\nlease until {}\ndied at     {}\nattempt     {}\nschedule    {}\nkey         {}\npriority    {}\nlast error  {}\nvalue       {}",
-                    e.id,
-                    e.state,
-                    rfc3339(e.due),
-                    t(e.lease_until),
-                    t(e.died_at),
-                    e.attempt,
-                    e.schedule.as_deref().unwrap_or("-"),
-                    e.key.as_deref().unwrap_or("-"),
-                    e.priority,
-                    e.last_error.as_deref().unwrap_or("-"),
-                    e.value.as_ref().map_or("(does not decode)".into(), |v| {
-                        serde_json::to_string_pretty(v)
-                            .unwrap_or_default()
-                            .replace('\n', "\n            ")
-                    }),
-                )
+                let now = ops.store_now(&id).await?;
+                show_text(&queue, &entry, &shown, now)
             }
         }
         Command::Requeue {
             queue,
             id: entry,
             all_dead,
+            delay,
             ..
         } => {
             let id = queue_of(&queue).await?;
@@ -623,11 +750,23 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
                 (Some(entry), false) => Requeue::One(entry),
                 _ => Requeue::AllDead,
             };
-            let n = ops.requeue(&id, &what).await?;
+            let delay = delay.unwrap_or_default();
+            let write_ = Write::Requeue {
+                what: what.clone(),
+                delay,
+            };
+            let n = ops.apply(&who, &id, &write_).await?;
+            let due = if delay.is_zero() {
+                "due now".to_owned()
+            } else {
+                format!("due in {}", fmt::span(delay))
+            };
             let human = match &what {
-                Requeue::AllDead => format!("requeued {n} dead letters of {queue}"),
-                Requeue::One(e) if n == 1 => format!("requeued {e} of {queue}: due now"),
-                Requeue::One(e) => format!("{e} of {queue} is not a dead letter: nothing changed"),
+                Requeue::AllDead => format!("requeued {n} dead letters of {queue}: {due}"),
+                Requeue::One(e) if n == 1 => format!("requeued {} of {queue}: {due}", sh(e)),
+                Requeue::One(e) => {
+                    format!("{} of {queue} is not a dead letter: nothing changed", sh(e))
+                }
             };
             write(n, human)
         }
@@ -635,17 +774,39 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
             queue, id: entry, ..
         } => {
             let id = queue_of(&queue).await?;
-            let n = ops.remove(&id, &entry).await?;
-            write(n, format!("removed {entry} from {queue}"))
+            let n = ops
+                .apply(&who, &id, &Write::Remove { id: entry.clone() })
+                .await?;
+            write(n, format!("removed {} from {queue}", sh(&entry)))
+        }
+        Command::Cancel {
+            queue, id: entry, ..
+        } => {
+            let id = queue_of(&queue).await?;
+            let n = ops
+                .apply(&who, &id, &Write::Cancel { id: entry.clone() })
+                .await?;
+            let human = if n == 1 {
+                format!(
+                    "cancelled {} of {queue}: a run of it stops at its next await; it is not retried",
+                    sh(&entry)
+                )
+            } else {
+                format!(
+                    "no entry {} in {queue} (it may have finished): nothing changed",
+                    sh(&entry)
+                )
+            };
+            write(n, human)
         }
         Command::ClearDead { queue, .. } => {
             let id = queue_of(&queue).await?;
-            let n = ops.clear_dead(&id).await?;
+            let n = ops.apply(&who, &id, &Write::ClearDead).await?;
             write(n, format!("deleted {n} dead letters of {queue}"))
         }
         Command::Pause { queue, .. } => {
             let id = queue_of(&queue).await?;
-            let n = ops.pause(&id).await?;
+            let n = ops.apply(&who, &id, &Write::Pause).await?;
             let human = if n == 1 {
                 format!("paused {queue}")
             } else {
@@ -655,7 +816,7 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
         }
         Command::Resume { queue, .. } => {
             let id = queue_of(&queue).await?;
-            let n = ops.resume(&id).await?;
+            let n = ops.apply(&who, &id, &Write::Resume).await?;
             let human = if n == 1 {
                 format!("resumed {queue}")
             } else {
@@ -672,15 +833,23 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
             } else if schedules.is_empty() {
                 format!("no schedule in {queue}")
             } else {
-                let now = wall_clock();
-                let mut rows = vec![row(&["NAME", "SPEC", "NEXT", "VALUE"])];
+                let now = ops.store_now(&id).await?;
+                let mut rows = vec![row(&[
+                    "NAME", "SPEC", "NEXT", "LAST RUN", "OUTCOME", "VALUE",
+                ])];
                 for s in &schedules {
+                    let mut name = printable(&s.name);
+                    if s.paused {
+                        name.push_str(" (paused)");
+                    }
                     rows.push(vec![
-                        printable(&s.name),
+                        name,
                         s.spec.clone(),
                         s.next.map_or("running now".into(), |at| {
                             format!("{} ({})", rfc3339(at), fmt::relative(at, now))
                         }),
+                        s.last_run.map_or("-".into(), |at| fmt::relative(at, now)),
+                        s.last_outcome.map_or("-", finished_str).to_owned(),
                         clip(&s.value.to_string(), 60),
                     ]);
                 }
@@ -689,7 +858,9 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
         }
         Command::RunNow { queue, name, .. } => {
             let id = queue_of(&queue).await?;
-            let n = ops.run_now(&id, &name).await?;
+            let n = ops
+                .apply(&who, &id, &Write::RunNow { name: name.clone() })
+                .await?;
             let human = if n == 1 {
                 format!("schedule {name} of {queue} is due now")
             } else {
@@ -699,8 +870,247 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
         }
         Command::Unschedule { queue, name, .. } => {
             let id = queue_of(&queue).await?;
-            let n = ops.unschedule(&id, &name).await?;
+            let n = ops
+                .apply(&who, &id, &Write::Unschedule { name: name.clone() })
+                .await?;
             write(n, format!("deleted schedule {name} of {queue}"))
+        }
+        Command::PauseSchedule { queue, name, .. } => {
+            let id = queue_of(&queue).await?;
+            let n = ops
+                .apply(&who, &id, &Write::PauseSchedule { name: name.clone() })
+                .await?;
+            let human = if n == 1 {
+                format!("paused schedule {name} of {queue}: its tick waits until it is resumed")
+            } else {
+                format!("schedule {name} of {queue} was paused already")
+            };
+            write(n, human)
+        }
+        Command::ResumeSchedule { queue, name, .. } => {
+            let id = queue_of(&queue).await?;
+            let n = ops
+                .apply(&who, &id, &Write::ResumeSchedule { name: name.clone() })
+                .await?;
+            let human = if n == 1 {
+                format!("resumed schedule {name} of {queue}")
+            } else {
+                format!("schedule {name} of {queue} was not paused")
+            };
+            write(n, human)
+        }
+        Command::Workers { queue, .. } => {
+            let id = queue_of(&queue).await?;
+            let (health, now) = (ops.health(&id).await?, ops.store_now(&id).await?);
+            if json {
+                let all: Vec<WorkerJson> = health
+                    .workers
+                    .iter()
+                    .map(|w| WorkerJson::of(w, now))
+                    .collect();
+                to_json(&all)
+            } else if health.workers.is_empty() {
+                format!("no worker of {queue} is alive")
+            } else {
+                let mut rows = vec![row(&[
+                    "NAME",
+                    "HOST",
+                    "PID",
+                    "STARTED",
+                    "LAST SEEN",
+                    "PLACES",
+                    "RUNNING",
+                ])];
+                for w in &health.workers {
+                    let mut seen = fmt::relative(w.last_seen, now);
+                    if crate::health::is_late(w, now) {
+                        seen.push_str(" (late)");
+                    }
+                    let mut name = printable(w.name.as_deref().unwrap_or("-"));
+                    if w.stopping {
+                        name.push_str(" (stopping)");
+                    }
+                    let runs: Vec<String> =
+                        w.running.iter().map(|r| printable(&sh(&r.id))).collect();
+                    rows.push(vec![
+                        name,
+                        printable(&w.host),
+                        w.pid.to_string(),
+                        fmt::relative(w.started_at, now),
+                        seen,
+                        format!("{}/{}", w.running.len(), w.concurrency),
+                        if runs.is_empty() {
+                            "-".to_owned()
+                        } else {
+                            clip(&runs.join(" "), 60)
+                        },
+                    ]);
+                }
+                table(&rows, &[2])
+            }
+        }
+        Command::Running {
+            queue,
+            limit,
+            cursor,
+            ..
+        } => {
+            let id = queue_of(&queue).await?;
+            let running = ops.running(&id, cursor.as_deref(), limit).await?;
+            let now = ops.store_now(&id).await?;
+            let workers = running.workers.clone().unwrap_or_default();
+            if json {
+                to_json(&RunningPageJson {
+                    running: running
+                        .page
+                        .entries
+                        .iter()
+                        .map(|e| ActiveRunJson::of(e, &workers, now))
+                        .collect(),
+                    next: running.page.next.as_ref().map(ToString::to_string),
+                })
+            } else if running.page.entries.is_empty() {
+                format!("nothing runs in {queue} now")
+            } else {
+                let mut rows = vec![row(&["ID", "WORKER", "STARTED", "RUNNING FOR", "ATTEMPT"])];
+                for e in &running.page.entries {
+                    let worker = match &e.worker {
+                        None => "-".to_owned(),
+                        Some(wid) => match workers.iter().find(|w| &w.id == wid) {
+                            Some(w) => format!(
+                                "{}{}:{}",
+                                w.name.as_deref().map_or(String::new(), |n| format!("{n} ")),
+                                w.host,
+                                w.pid
+                            ),
+                            None => wid.clone(),
+                        },
+                    };
+                    rows.push(vec![
+                        printable(&sh(&e.id)),
+                        printable(&worker),
+                        e.started_at.map_or("-".into(), |at| {
+                            format!("{} ({})", rfc3339(at), fmt::relative(at, now))
+                        }),
+                        e.started_at.map_or("-".into(), |at| {
+                            fmt::span(now.duration_since(at).unwrap_or_default())
+                        }),
+                        e.attempt.to_string(),
+                    ]);
+                }
+                let mut text = table(&rows, &[3, 4]);
+                if let Some(next) = &running.page.next {
+                    text.push_str(&format!("\nnext page: --cursor {next}"));
+                }
+                let first = &running.page.entries[0].id;
+                text.push_str(&format!(
+                    "\nto stop one: punctual-admin cancel {} {}",
+                    sh(&queue),
+                    printable(&sh(first))
+                ));
+                text
+            }
+        }
+        Command::History { queue, last, .. } => {
+            let id = queue_of(&queue).await?;
+            let now = ops.store_now(&id).await?;
+            let since = now - last.min(std::time::Duration::from_secs(86_400));
+            let minutes = ops.history_since(&id, since).await?;
+            if json {
+                to_json(&HistoryJson::of(since, &minutes))
+            } else if minutes.is_empty() {
+                format!(
+                    "nothing happened in {queue} over the last {}",
+                    fmt::span(now.duration_since(since).unwrap_or_default())
+                )
+            } else {
+                let mut rows = vec![row(&["MINUTE", "INSERTED", "DONE", "FAILED", "DEAD"])];
+                let mut sums = [0_u64; 4];
+                for m in &minutes {
+                    for (sum, n) in sums.iter_mut().zip([m.inserted, m.done, m.failed, m.dead]) {
+                        *sum += n;
+                    }
+                    rows.push(vec![
+                        rfc3339(m.at),
+                        fmt::count(m.inserted),
+                        fmt::count(m.done),
+                        fmt::count(m.failed),
+                        fmt::count(m.dead),
+                    ]);
+                }
+                rows.push(vec![
+                    "total".to_owned(),
+                    fmt::count(sums[0]),
+                    fmt::count(sums[1]),
+                    fmt::count(sums[2]),
+                    fmt::count(sums[3]),
+                ]);
+                table(&rows, &[1, 2, 3, 4])
+            }
+        }
+        Command::Audit {
+            store,
+            limit,
+            cursor,
+            ..
+        } => {
+            let source = ops.source_of(store.as_deref())?;
+            let page = ops.audit_page(source, cursor.as_deref(), limit).await?;
+            let identity = ops.identity(source).to_owned();
+            if json {
+                #[derive(Serialize)]
+                struct AuditJson {
+                    store: String,
+                    records: Vec<RecordJson>,
+                    next: Option<String>,
+                }
+                to_json(&AuditJson {
+                    records: page
+                        .records
+                        .iter()
+                        .map(|r| RecordJson::of(r, &identity))
+                        .collect(),
+                    store: identity,
+                    next: page.next.as_ref().map(ToString::to_string),
+                })
+            } else if page.records.is_empty() {
+                format!("no write recorded in the audit log of {identity}")
+            } else {
+                let mut rows = vec![row(&[
+                    "WHEN", "ACTION", "QUEUE", "IDS", "OUTCOME", "FROM", "TOKEN",
+                ])];
+                for r in &page.records {
+                    let Some(rec) = &r.record else { continue };
+                    rows.push(vec![
+                        rfc3339(r.at),
+                        printable(&rec.action),
+                        printable(&rec.queue),
+                        clip(
+                            &rec.ids.iter().map(|i| sh(i)).collect::<Vec<_>>().join(" "),
+                            40,
+                        ),
+                        if rec.ok {
+                            format!("changed {}", rec.changed)
+                        } else {
+                            clip(rec.error.as_deref().unwrap_or("failed"), 40)
+                        },
+                        format!(
+                            "{} {}",
+                            serde_json::to_value(rec.via)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_owned))
+                                .unwrap_or_default(),
+                            printable(rec.from.as_deref().unwrap_or("?"))
+                        ),
+                        if rec.token { "yes" } else { "no" }.to_owned(),
+                    ]);
+                }
+                let mut text = table(&rows, &[]);
+                if let Some(next) = &page.next {
+                    text.push_str(&format!("\nnext page: --cursor {next}"));
+                }
+                text
+            }
         }
         Command::Limits { queue, .. } => {
             let id = queue_of(&queue).await?;
@@ -751,8 +1161,17 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
         } => {
             let id = queue_of(&queue).await?;
             let limit = KeyLimit { concurrency, rate };
-            let n = ops.set_limit(&id, &key, limit).await?;
-            let what = limit_text(&limit);
+            let n = ops
+                .apply(
+                    &who,
+                    &id,
+                    &Write::SetLimit {
+                        key: key.clone(),
+                        limit,
+                    },
+                )
+                .await?;
+            let what = limit_words(&limit);
             let human = if n == 1 {
                 format!("{} of {queue} is now {what}", whose(&key))
             } else {
@@ -765,7 +1184,9 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
         }
         Command::RemoveLimit { queue, key, .. } => {
             let id = queue_of(&queue).await?;
-            let n = ops.remove_limit(&id, &key).await?;
+            let n = ops
+                .apply(&who, &id, &Write::RemoveLimit { key: key.clone() })
+                .await?;
             let human = if n == 1 {
                 format!("removed {} of {queue}", whose(&key))
             } else {
@@ -779,28 +1200,160 @@ async fn command_output(ops: &Arc<Ops>, command: Command, json: bool) -> Result<
     })
 }
 
+/// `queues`: every queue of the stores that could be listed. A store that
+/// could not be (or a queue whose counts could not be read) is said on
+/// stderr, and fails the command only when no store could be listed.
+fn queues_output(
+    ops: &Ops,
+    listed: &[Listed],
+    failed: &[(usize, OpError)],
+    json: bool,
+) -> Result<String, OpError> {
+    if !ops.sources().is_empty() && failed.len() == ops.sources().len() {
+        if let [(_, e)] = failed {
+            return Err(e.clone());
+        }
+        let all: Vec<String> = failed.iter().map(|(_, e)| e.message().to_owned()).collect();
+        return Err(OpError::Store(format!(
+            "no store could be listed: {}",
+            all.join("; ")
+        )));
+    }
+    for (source, e) in failed {
+        eprintln!(
+            "punctual-admin: warning: store {} left out: {e}",
+            ops.store_name(*source)
+        );
+    }
+    for l in listed {
+        if let Err(e) = &l.snapshot {
+            eprintln!(
+                "punctual-admin: warning: the counts of {} could not be read: {e}",
+                l.label
+            );
+        }
+    }
+    Ok(if json {
+        let all: Vec<QueueJson> = listed.iter().filter_map(QueueJson::of).collect();
+        to_json(&all)
+    } else if listed.is_empty() {
+        "no queue on the stores given".to_owned()
+    } else {
+        let mut rows = vec![row(&[
+            "STORE", "QUEUE", "STATE", "PENDING", "DUE", "LEASED", "DEAD",
+        ])];
+        for l in listed {
+            let (state, counts) = match &l.snapshot {
+                Ok(s) => (
+                    if s.paused { "paused" } else { "running" }.to_owned(),
+                    [s.stats.pending, s.stats.due, s.stats.leased, s.stats.dead].map(fmt::count),
+                ),
+                Err(_) => ("unread".to_owned(), ["?", "?", "?", "?"].map(str::to_owned)),
+            };
+            let mut cells = vec![ops.store_name(l.id.source), l.id.name.clone(), state];
+            cells.extend(counts);
+            rows.push(cells);
+        }
+        table(&rows, &[3, 4, 5, 6])
+    })
+}
+
+/// `show` for people: every field, the failed attempts, the kept result,
+/// and the commands that act on the entry (its id quoted for the shell).
+fn show_text(
+    queue: &str,
+    entry: &str,
+    shown: &crate::ops::Shown,
+    now: std::time::SystemTime,
+) -> String {
+    let t = |at: Option<std::time::SystemTime>| {
+        at.map_or("-".into(), |at| {
+            format!("{} ({})", rfc3339(at), fmt::relative(at, now))
+        })
+    };
+    let mut text = String::new();
+    let me = format!("{} {}", shell_word(queue), shell_word(entry));
+    if let Some(e) = &shown.entry {
+        text.push_str(&format!(
+            "id          {}\nstate       {}\ndue         {}\nstarted     {}\nworker      {}\nlease until {}\ndied at     {}\nattempt     {}\nschedule    {}\nkey         {}\npriority    {}\nlast error  {}\nvalue       {}",
+            e.id,
+            e.state,
+            t(Some(e.due)),
+            t(e.started_at),
+            e.worker.as_deref().unwrap_or("-"),
+            t(e.lease_until),
+            t(e.died_at),
+            e.attempt,
+            e.schedule.as_deref().unwrap_or("-"),
+            e.key.as_deref().unwrap_or("-"),
+            e.priority,
+            e.last_error.as_deref().unwrap_or("-"),
+            e.value.as_ref().map_or("(does not decode)".into(), |v| {
+                serde_json::to_string_pretty(v)
+                    .unwrap_or_default()
+                    .replace('\n', "\n            ")
+            }),
+        ));
+        for err in &e.errors {
+            text.push_str(&format!(
+                "\nattempt {:<3} failed {}: {}",
+                err.attempt,
+                t(Some(err.at)),
+                err.reason.replace('\n', "\n            ")
+            ));
+        }
+    } else {
+        text.push_str(&format!(
+            "id          {entry}\nstate       finished (the entry is gone; its result is kept)"
+        ));
+    }
+    match &shown.result {
+        Ok(Some(r)) => {
+            text.push_str(&format!(
+                "\nresult      {} {}, after {} {}",
+                finished_str(r.state),
+                t(Some(r.finished_at)),
+                r.attempts,
+                if r.attempts == 1 {
+                    "attempt"
+                } else {
+                    "attempts"
+                }
+            ));
+            if let Some(reason) = &r.reason {
+                text.push_str(&format!("\nwhy         {reason}"));
+            }
+            if let Some(output) = &r.output {
+                text.push_str(&format!(
+                    "\noutput      {}",
+                    serde_json::to_string_pretty(output)
+                        .unwrap_or_default()
+                        .replace('\n', "\n            ")
+                ));
+            }
+        }
+        Ok(None) => {}
+        Err(e) => text.push_str(&format!("\nresult      (could not be read: {e})")),
+    }
+    if let Some(e) = &shown.entry {
+        let hint = match e.state {
+            EntryState::Dead => {
+                format!("punctual-admin requeue {me} [--delay 10m] · punctual-admin remove {me}")
+            }
+            EntryState::Leased => format!("punctual-admin cancel {me}"),
+            EntryState::Pending | EntryState::Due => format!("punctual-admin remove {me}"),
+        };
+        text.push_str(&format!("\ncommands    {hint}"));
+    }
+    text
+}
+
 /// Whose limit `key` names, for people.
 fn whose(key: &str) -> String {
     if key == DEFAULT_KEY {
         "the default key limit (*)".to_owned()
     } else {
         format!("the limit of key {}", printable(key))
-    }
-}
-
-/// A limit for people: `concurrency 5, rate 100/1m`, or `no bound`.
-fn limit_text(limit: &KeyLimit) -> String {
-    let mut parts = Vec::new();
-    if let Some(n) = limit.concurrency {
-        parts.push(format!("concurrency {n}"));
-    }
-    if let Some(rate) = &limit.rate {
-        parts.push(format!("rate {}", rate_text(rate)));
-    }
-    if parts.is_empty() {
-        "no bound".to_owned()
-    } else {
-        parts.join(", ")
     }
 }
 
@@ -837,12 +1390,10 @@ mod tests {
         let cli = Cli::try_parse_from(line).map_err(|e| OpError::Invalid(clap_message(&e)))?;
         let json = json_of(&cli.command);
         let ops = Arc::new(Ops::new(
-            vec![Source::Memory {
-                queues: vec![queue.clone()],
-            }],
+            vec![Source::memory(vec![queue.clone()])],
             Policy::FRESH,
         ));
-        command_output(&ops, cli.command, json).await
+        Box::pin(command_output(&ops, cli.command, json)).await
     }
 
     #[tokio::test]

@@ -16,6 +16,22 @@ pub(super) fn printable(text: &str) -> String {
     out
 }
 
+/// `text` as one word a POSIX shell reads back as it is: plain when it
+/// is only letters, digits and `@%_+=:,./-`, else in single quotes (a
+/// Redis id such as `#24` would start a comment, and the shell would cut
+/// it).
+pub(super) fn shell_word(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "@%_+=:,./-".contains(c));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
 pub(super) fn row(cells: &[&str]) -> Vec<String> {
     cells.iter().map(|c| (*c).to_owned()).collect()
 }
@@ -69,6 +85,16 @@ pub(super) fn table(rows: &[Vec<String>], right: &[usize]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn words_a_shell_would_cut_are_quoted() {
+        assert_eq!(shell_word("order-001"), "order-001");
+        assert_eq!(shell_word("redis@2:jobs"), "redis@2:jobs");
+        assert_eq!(shell_word("#24"), "'#24'");
+        assert_eq!(shell_word("a b"), "'a b'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word(""), "''");
+    }
 
     #[test]
     fn tables_align_numbers_right() {

@@ -8,10 +8,11 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
 use maud::{Markup, html};
-use punctual::durable::{EntryState, QueueStats};
+use punctual::durable::{EntryState, Minute, QueueStats};
 
 use crate::fmt;
 use crate::history::Point;
+use crate::ops::Span;
 use crate::timeline::{MINUTES, Timeline};
 
 /// A state's count in a sample.
@@ -63,7 +64,7 @@ fn series(points: &[Point], state: EntryState) -> Vec<(f64, u64)> {
                     .unwrap_or_default()
                     .as_secs_f64()
                     / span;
-            (x.min(1.0), count_of(&p.stats, state))
+            (x.min(1.0), count_of(&p.value, state))
         })
         .collect()
 }
@@ -229,6 +230,162 @@ pub(crate) fn timeline(t: &Timeline) -> Markup {
             }
         }
     }
+}
+
+/// The four counts of a minute of history, with their names and classes.
+const FLOWS: [(&str, &str); 4] = [
+    ("inserted", "f-inserted"),
+    ("done", "f-done"),
+    ("failed", "f-failed"),
+    ("dead", "f-dead"),
+];
+
+fn flow(m: &Minute, i: usize) -> u64 {
+    match i {
+        0 => m.inserted,
+        1 => m.done,
+        2 => m.failed,
+        _ => m.dead,
+    }
+}
+
+/// The per-minute history over `span`, in buckets (a minute each over an
+/// hour, ten minutes each over a day): what was inserted, done, failed
+/// and sent to the dead letters, each a line. Read from the store's
+/// history, so it reads the same after the dashboard restarts.
+pub(crate) fn throughput(minutes: &[Minute], span: Span, now: SystemTime) -> Markup {
+    let (w, h, left, bottom) = (720.0, 150.0, 40.0, 20.0);
+    let plot_w = w - left - 4.0;
+    let plot_h = h - bottom - 6.0;
+    let (buckets, size) = match span {
+        Span::Hour => (60_usize, 60_u64),
+        Span::Day => (144, 600),
+    };
+    let start = now - Duration::from_secs(buckets as u64 * size);
+    let mut sums = vec![[0_u64; 4]; buckets];
+    let mut totals = [0_u64; 4];
+    for m in minutes {
+        let Ok(ago) = m.at.duration_since(start) else {
+            continue;
+        };
+        let i = ((ago.as_secs() / size) as usize).min(buckets - 1);
+        for (f, total) in totals.iter_mut().enumerate() {
+            sums[i][f] += flow(m, f);
+            *total += flow(m, f);
+        }
+    }
+    let top = nice_top(
+        sums.iter()
+            .flat_map(|b| b.iter().copied())
+            .max()
+            .unwrap_or(0),
+    );
+    let x = |i: usize| left + (i as f64 + 0.5) / buckets as f64 * plot_w;
+    let y = |v: u64| 6.0 + plot_h - v as f64 / top as f64 * plot_h;
+    let unit = if size == 60 { "minute" } else { "10 minutes" };
+    let lines: Vec<String> = (0..FLOWS.len())
+        .map(|f| {
+            let mut d = String::new();
+            for (i, b) in sums.iter().enumerate() {
+                let _ = write!(
+                    d,
+                    "{}{:.1},{:.1}",
+                    if i == 0 { "M" } else { " L" },
+                    x(i),
+                    y(b[f])
+                );
+            }
+            d
+        })
+        .collect();
+    html! {
+        figure.throughput data-inserted=(totals[0]) data-done=(totals[1]) data-failed=(totals[2]) data-dead=(totals[3])
+            data-minutes=(minutes.len()) {
+            svg.flows viewBox={"0 0 " (w) " " (h)} role="img"
+                aria-label={"inserted, done, failed and dead per " (unit)} {
+                @for frac in [0.0, 0.5, 1.0] {
+                    @let gy = 6.0 + plot_h - frac * plot_h;
+                    line.grid x1=(left) y1=(gy) x2=(w - 4.0) y2=(gy) {}
+                    @if frac != 0.5 {
+                        text.tick x=(left - 6.0) y=(gy + 4.0) text-anchor="end" {
+                            (fmt::count((top as f64 * frac).round() as u64))
+                        }
+                    }
+                }
+                @for ((name, class), d) in FLOWS.iter().zip(&lines) {
+                    path.flow.(class) d=(d) vector-effect="non-scaling-stroke" {
+                        title { (name) }
+                    }
+                }
+                line.axis x1=(left) y1=(6.0 + plot_h + 0.5) x2=(w - 4.0) y2=(6.0 + plot_h + 0.5) {}
+                text.tick x=(left) y=(h - 4.0) text-anchor="start" { (fmt::span(span.duration())) " ago" }
+                text.tick x=(w - 4.0) y=(h - 4.0) text-anchor="end" { "now" }
+            }
+            figcaption.legend {
+                @for (f, (name, class)) in FLOWS.iter().enumerate() {
+                    span.(class) { "■" } " " (name) " " strong data-total=(name) { (fmt::count(totals[f])) } " · "
+                }
+                "per " (unit) ", from the store's history"
+            }
+        }
+    }
+}
+
+/// The latency (how long the oldest due entry had waited) as sampled
+/// since the dashboard started, with the threshold over which the queue
+/// is amber.
+pub(crate) fn latency(
+    points: &[Point<Option<u64>>],
+    threshold: Duration,
+    now: SystemTime,
+) -> Markup {
+    let (w, h) = (720.0, 64.0);
+    let (Some(first), Some(last)) = (points.first(), points.last()) else {
+        return html! {};
+    };
+    let span = last
+        .at
+        .duration_since(first.at)
+        .unwrap_or_default()
+        .as_secs_f64()
+        .max(1e-3);
+    let max = points.iter().filter_map(|p| p.value).max().unwrap_or(0);
+    let top = nice_top(max.max(1000));
+    let series: Vec<(f64, u64)> = points
+        .iter()
+        .map(|p| {
+            let x =
+                p.at.duration_since(first.at)
+                    .unwrap_or_default()
+                    .as_secs_f64()
+                    / span;
+            (x.min(1.0), p.value.unwrap_or(0))
+        })
+        .collect();
+    let (line, area) = paths(&series, top, w, h);
+    let threshold_ms = threshold.as_millis() as f64;
+    let ty = h - (threshold_ms / top as f64) * (h - 2.0) - 1.0;
+    html! {
+        figure.history.latency {
+            svg.chart.lat viewBox={"0 0 " (w) " " (h)} preserveAspectRatio="none"
+                role="img" aria-label="latency since the dashboard started" {
+                line.axis x1="0" y1=(h - 0.5) x2=(w) y2=(h - 0.5) {}
+                @if threshold_ms <= top as f64 {
+                    line.threshold x1="0" y1=(ty) x2=(w) y2=(ty) {}
+                }
+                path.area d=(area) {}
+                path.line d=(line) vector-effect="non-scaling-stroke" {}
+            }
+            figcaption {
+                span { "latency, max " (fmt::span(Duration::from_millis(top))) }
+                span { "sampled since the dashboard started, " (span_text_of(first.at, now)) " ago → now" }
+            }
+        }
+    }
+}
+
+fn span_text_of(first: SystemTime, now: SystemTime) -> String {
+    fmt::span(now.duration_since(first).unwrap_or_default())
 }
 
 #[cfg(test)]

@@ -13,7 +13,9 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Form, Request, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Form, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -22,6 +24,7 @@ use serde::Deserialize;
 
 use super::views::{self, Ctx};
 use super::{Base, Shared};
+use crate::audit::{Via, Who};
 use crate::json::ErrorJson;
 
 /// The login form's cookie.
@@ -30,45 +33,68 @@ const COOKIE: &str = "punctual_admin_token";
 pub(crate) async fn guard(
     State(shared): State<Arc<Shared>>,
     base: Base,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     shared.start_sampling();
     let path = request.uri().path().to_owned();
     let api = path == "/api" || path.starts_with("/api/");
     let machine = api || path == "/metrics";
-    let open = path == "/login" || path == "/assets/style.css";
+    let open = path == "/login" || path.starts_with("/assets/");
     let headers = request.headers();
     let bearer = shared
         .token
         .as_deref()
         .is_some_and(|token| bearer_of(headers).is_some_and(|given| same(given, token)));
-    if let Some(token) = &shared.token {
-        let cookie = cookie_of(headers).is_some_and(|given| same(&given, token));
-        if !bearer && !cookie && !open {
-            return if machine {
-                let mut response = refuse(
-                    true,
-                    &base,
-                    StatusCode::UNAUTHORIZED,
-                    "this dashboard needs its token: Authorization: Bearer <token>",
-                );
-                response.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Bearer realm=\"punctual-admin\""),
-                );
-                response
-            } else if request.method() == Method::GET || request.method() == Method::HEAD {
-                Redirect::to(&format!("{}/login", base.0)).into_response()
-            } else {
-                refuse(false, &base, StatusCode::UNAUTHORIZED, "log in first")
-            };
-        }
+    let cookie = shared
+        .token
+        .as_deref()
+        .is_some_and(|token| cookie_of(headers).is_some_and(|given| same(&given, token)));
+    let who = Who {
+        via: if api { Via::Api } else { Via::Page },
+        from: request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(addr)| addr.to_string()),
+        forwarded_for: headers
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        token: bearer || cookie,
+    };
+    if shared.token.is_some() && !bearer && !cookie && !open {
+        return if machine {
+            let mut response = refuse(
+                &shared,
+                true,
+                &base,
+                StatusCode::UNAUTHORIZED,
+                "this dashboard needs its token: Authorization: Bearer <token>",
+            );
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"punctual-admin\""),
+            );
+            response
+        } else if request.method() == Method::GET || request.method() == Method::HEAD {
+            Redirect::to(&format!("{}/login", base.0)).into_response()
+        } else {
+            refuse(
+                &shared,
+                false,
+                &base,
+                StatusCode::UNAUTHORIZED,
+                "log in first",
+            )
+        };
     }
+    request.extensions_mut().insert(who);
+    let headers = request.headers();
     let write = !matches!(*request.method(), Method::GET | Method::HEAD);
     let session = path == "/login" || path == "/logout";
     if write && shared.read_only && !session {
         return refuse(
+            &shared,
             machine,
             &base,
             StatusCode::FORBIDDEN,
@@ -77,6 +103,7 @@ pub(crate) async fn guard(
     }
     if write && !bearer && !same_origin(headers) {
         return refuse(
+            &shared,
             machine,
             &base,
             StatusCode::FORBIDDEN,
@@ -109,13 +136,13 @@ fn protect(headers: &mut HeaderMap) {
 }
 
 /// A refusal: JSON for the API and metrics, a page otherwise.
-fn refuse(machine: bool, base: &Base, status: StatusCode, why: &str) -> Response {
-    let mut response = refusal(machine, base, status, why);
+fn refuse(shared: &Shared, machine: bool, base: &Base, status: StatusCode, why: &str) -> Response {
+    let mut response = refusal(shared, machine, base, status, why);
     protect(response.headers_mut());
     response
 }
 
-fn refusal(machine: bool, base: &Base, status: StatusCode, why: &str) -> Response {
+fn refusal(shared: &Shared, machine: bool, base: &Base, status: StatusCode, why: &str) -> Response {
     if machine {
         (
             status,
@@ -125,8 +152,31 @@ fn refusal(machine: bool, base: &Base, status: StatusCode, why: &str) -> Respons
         )
             .into_response()
     } else {
-        let ctx = Ctx::bare(base);
+        let mut ctx = Ctx::bare(base);
+        ctx.read_only = shared.read_only;
         (status, views::error_page(&ctx, status, why)).into_response()
+    }
+}
+
+/// Who asked, as the guard saw it: what a write's audit record says. The
+/// guard puts it on every request it lets through.
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Who {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(parts.extensions.get::<Who>().cloned().unwrap_or(Who {
+            via: if parts.uri.path().starts_with("/api/") {
+                Via::Api
+            } else {
+                Via::Page
+            },
+            from: None,
+            forwarded_for: None,
+            token: false,
+        }))
     }
 }
 

@@ -4,9 +4,11 @@
 
 mod api;
 mod chart;
+mod flash;
 mod guard;
 mod metrics;
 mod pages;
+mod runs;
 pub(crate) mod serve;
 mod views;
 
@@ -81,6 +83,10 @@ pub(crate) struct Shared {
     pub(crate) token: Option<String>,
     /// When the dashboard started (its charts begin here).
     pub(crate) started: SystemTime,
+    /// The latency over which a queue's mark is amber.
+    pub(crate) latency_threshold: Duration,
+    /// The lines shown after a button.
+    pub(crate) flashes: flash::Flashes,
     sampling: AtomicBool,
 }
 
@@ -101,7 +107,7 @@ impl Shared {
                 let Some(shared) = weak.upgrade() else { return };
                 let ops = shared.ops.clone();
                 drop(shared);
-                ops.queues().await;
+                ops.queues_with(true).await;
             }
         });
     }
@@ -119,6 +125,7 @@ impl Dashboard {
             read_only: false,
             token: None,
             refresh: Policy::SHARED.stats_ttl,
+            latency_threshold: crate::health::DEFAULT_THRESHOLD,
         }
     }
 
@@ -132,6 +139,11 @@ impl Dashboard {
             .route("/queues/{q}/entries", get(pages::entries))
             .route("/queues/{q}/entries/{id}", get(pages::entry))
             .route("/queues/{q}/entries/{id}/remove", post(pages::remove))
+            .route("/queues/{q}/entries/{id}/cancel", post(pages::cancel))
+            .route("/queues/{q}/running", get(pages::running))
+            .route("/queues/{q}/workers", get(pages::workers))
+            .route("/queues/{q}/bulk", post(pages::bulk))
+            .route("/audit", get(pages::audit))
             .route("/queues/{q}/pause", post(pages::pause))
             .route("/queues/{q}/resume", post(pages::resume))
             .route("/queues/{q}/clear-dead", post(pages::clear_dead))
@@ -141,11 +153,20 @@ impl Dashboard {
                 "/queues/{q}/schedules/{name}/unschedule",
                 post(pages::unschedule),
             )
+            .route(
+                "/queues/{q}/schedules/{name}/pause",
+                post(pages::pause_schedule),
+            )
+            .route(
+                "/queues/{q}/schedules/{name}/resume",
+                post(pages::resume_schedule),
+            )
             .route("/queues/{q}/limits", post(pages::set_limit))
             .route("/queues/{q}/limits/{key}/remove", post(pages::remove_limit))
             .route("/login", get(guard::login_form).post(guard::login))
             .route("/logout", post(guard::logout))
             .route("/assets/style.css", get(pages::style))
+            .route("/assets/local-time.js", get(pages::script))
             .route("/metrics", get(metrics::metrics))
             .merge(api::routes())
             .fallback(pages::not_found)
@@ -161,6 +182,7 @@ pub struct DashboardBuilder {
     read_only: bool,
     token: Option<String>,
     refresh: Duration,
+    latency_threshold: Duration,
 }
 
 impl fmt::Debug for DashboardBuilder {
@@ -177,6 +199,7 @@ impl fmt::Debug for DashboardBuilder {
             .field("memory", &self.memory.len())
             .field("read_only", &self.read_only)
             .field("refresh", &self.refresh)
+            .field("latency_threshold", &self.latency_threshold)
             .finish_non_exhaustive()
     }
 }
@@ -269,13 +292,21 @@ impl DashboardBuilder {
         self
     }
 
+    /// How long the oldest due entry of a queue may wait before its
+    /// health mark turns amber (60 s unless changed). A queue is also
+    /// amber when one of its workers is late (its record not refreshed
+    /// for 10 s, by the store's clock), and red when entries are due and
+    /// no worker is alive.
+    pub fn latency_threshold(mut self, threshold: Duration) -> Self {
+        self.latency_threshold = threshold;
+        self
+    }
+
     /// The dashboard.
     pub fn build(self) -> Dashboard {
         let mut sources = self.sources;
         if !self.memory.is_empty() {
-            sources.push(Source::Memory {
-                queues: self.memory,
-            });
+            sources.push(Source::memory(self.memory));
         }
         Dashboard {
             shared: Arc::new(Shared {
@@ -289,6 +320,8 @@ impl DashboardBuilder {
                 read_only: self.read_only,
                 token: self.token,
                 started: wall_clock(),
+                latency_threshold: self.latency_threshold,
+                flashes: flash::Flashes::default(),
                 sampling: AtomicBool::new(false),
             }),
         }

@@ -21,6 +21,7 @@ pub(crate) async fn run(
     bind: &str,
     read_only: bool,
     token: Option<String>,
+    latency_threshold: std::time::Duration,
 ) -> ExitCode {
     let fail = |why: String| {
         eprintln!("punctual-admin: {why}");
@@ -52,7 +53,10 @@ pub(crate) async fn run(
         Err(e) => return fail(format!("cannot listen on {addr}: {e}")),
     };
     let local = listener.local_addr().unwrap_or(addr);
-    let mut builder = Dashboard::builder().sources(sources).read_only(read_only);
+    let mut builder = Dashboard::builder()
+        .sources(sources)
+        .read_only(read_only)
+        .latency_threshold(latency_threshold);
     if let Some(token) = &token {
         builder = builder.token(token);
     }
@@ -80,7 +84,9 @@ pub(crate) async fn run(
             ""
         },
     );
-    match axum::serve(listener, router)
+    // The peer's address goes into the audit log of every write.
+    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+    match axum::serve(listener, service)
         .with_graceful_shutdown(interrupted())
         .await
     {

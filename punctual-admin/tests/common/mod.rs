@@ -193,11 +193,29 @@ where
         .await
         .unwrap();
     queue
-        .schedule_cron("cleanup", "*/5 * * * *", &json!({"task": "cleanup"}))
+        .schedule_cron("cleanup", cleanup_spec(), &json!({"task": "cleanup"}))
         .await
         .unwrap();
     let stats = queue.stats().await.unwrap();
     assert_eq!(stats, SEEDED, "seeded");
+}
+
+/// The cron spec of a seeded queue's `cleanup` schedule: daily, at the
+/// hour twelve hours from when the test binary first asks (UTC), so that
+/// its tick never comes due while a test runs (a `*/5` spec did when a
+/// run crossed a five-minute boundary: a third due entry, one pending
+/// fewer). The same for every test of a binary.
+pub fn cleanup_spec() -> &'static str {
+    static SPEC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SPEC.get_or_init(|| {
+        #[allow(clippy::disallowed_methods)]
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let hour = (now / 3600 + 12) % 24;
+        format!("0 {hour} * * *")
+    })
 }
 
 /// The limit of `tenant-a` in a queue seeded by [`seed_keyed`].
