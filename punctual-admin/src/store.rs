@@ -82,6 +82,10 @@ pub(crate) enum Source {
 /// `audit.rs`): hidden from every list, never resolved by name.
 pub(crate) const AUDIT_QUEUE: &str = "punctual-admin.audit";
 
+/// How long a PostgreSQL listing may take before the dashboard looks at
+/// what answers at the store's address.
+const SLOW_LISTING: Duration = Duration::from_secs(2);
+
 /// How long opening a queue or listing a store's queues may take.
 const CONNECT_LIMIT: Duration = Duration::from_secs(10);
 
@@ -154,7 +158,20 @@ impl Source {
                 Err(e) => return Err(explain::redis(url, e.message()).await),
             },
             Source::Postgres { url, schema, .. } => {
-                match bounded(punctual::postgres::queue_names(url, schema)).await {
+                let listing = bounded(punctual::postgres::queue_names(url, schema));
+                tokio::pin!(listing);
+                let listed = tokio::select! {
+                    listed = &mut listing => listed,
+                    () = tokio::time::sleep(SLOW_LISTING) => {
+                        // Slow: a server of another protocol would keep it
+                        // waiting for its whole response timeout.
+                        if let Some(e) = explain::not_postgres(url).await {
+                            return Err(e);
+                        }
+                        listing.await
+                    }
+                };
+                match listed {
                     Ok(Ok(names)) if names.is_empty() => {
                         self.check_schema().await?;
                         names
@@ -192,7 +209,7 @@ impl Source {
         .await?;
         match found {
             Ok(Some(_)) => Ok(()),
-            Ok(None) => Err(OpError::NotFound(format!(
+            Ok(None) => Err(OpError::Invalid(format!(
                 "{}: the database has no schema {schema:?} (punctual's queues live in schema \
                  {:?} unless the application chose another: give it with --schema)",
                 redact(url),

@@ -1741,3 +1741,974 @@ async fn key_limits_and_entry_keys_on_postgres() {
     )
     .await;
 }
+
+/// One request through `router` as from `addr` (what `serve` learns from
+/// the connection): the audit log says where a write came from.
+async fn call_from(
+    router: &Router,
+    addr: &str,
+    method: &str,
+    uri: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::HOST, HOST);
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let mut request = request.body(Body::from(body.to_owned())).unwrap();
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    request
+        .extensions_mut()
+        .insert(axum::extract::ConnectInfo(addr));
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = axum::body::to_bytes(response.into_body(), 16 << 20)
+        .await
+        .unwrap();
+    Answer {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    }
+}
+
+async fn get_with(router: &Router, uri: &str, headers: &[(&str, &str)]) -> Answer {
+    call(router, "GET", uri, headers, "").await
+}
+
+/// The `<tr>` of `attr="value"` in `html`, up to its end.
+fn row_of<'a>(html: &'a str, attr: &str, value: &str) -> &'a str {
+    let start = html
+        .find(&format!("{attr}=\"{value}\""))
+        .unwrap_or_else(|| panic!("no {attr}={value:?} in {html}"));
+    let rest = &html[start..];
+    &rest[..rest.find("</tr>").unwrap_or(rest.len())]
+}
+
+/// The `href` of the link marked `data-page="{which}"`, entities undone.
+fn page_link(html: &str, which: &str) -> Option<String> {
+    let at = html.find(&format!("data-page=\"{which}\""))?;
+    let tag_start = html[..at].rfind("<a ")?;
+    let tag = &html[tag_start..at];
+    let href = tag.split("href=\"").nth(1)?.split('"').next()?;
+    Some(href.replace("&amp;", "&"))
+}
+
+/// The ids of the entries listed on an entries page, in order.
+fn listed_ids(html: &str) -> Vec<String> {
+    html.split("<tr data-entry=\"")
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap().to_owned())
+        .collect()
+}
+
+/// Health at a glance, through the API and the pages, over `queue` (named
+/// `q` in `app`) seeded by `seed_runs` and `stuck` (`stuck_q`: entries
+/// due, no worker): the marks (red, green, amber past a threshold the
+/// builder sets), the workers, the runs under way and a cancel that stops
+/// one, results kept of finished entries, and the per-minute history.
+async fn health_and_runs_on<Q>(
+    builder: impl Fn() -> DashboardBuilder,
+    q: &str,
+    queue: &Q,
+    stuck_q: &str,
+) where
+    Q: Durable<Item = Value>,
+    Q::Error: std::fmt::Debug,
+{
+    // Read fresh for each request: the worker's record changes as the test
+    // goes.
+    let builder = move || builder().refresh_every(Duration::ZERO);
+    let app = builder().router();
+    let worker = common::seed_runs(queue).await;
+
+    // The marks: red where due entries wait for no one, green where a
+    // worker keeps up; amber once the waiting entry is older than a
+    // threshold (1 ms here, 60 s unless told).
+    let stuck = get(&app, &format!("/api/queues/{stuck_q}/health")).await;
+    status(&stuck, StatusCode::OK);
+    let stuck = stuck.json();
+    assert_eq!(stuck["mark"], "red", "{stuck}");
+    assert_eq!(stuck["workers"], 0);
+    assert!(
+        stuck["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("no worker alive"),
+        "{stuck}"
+    );
+    let busy = get(&app, &format!("/api/queues/{q}/health")).await.json();
+    assert_eq!(
+        (&busy["mark"], &busy["workers"], &busy["due"]),
+        (&json!("green"), &json!(1), &json!(1)),
+        "{busy}"
+    );
+    assert!(busy["latency_ms"].as_u64().unwrap() < 60_000, "{busy}");
+    assert_eq!(busy["threshold_ms"], 60_000);
+    let strict = builder()
+        .latency_threshold(Duration::from_millis(1))
+        .router();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let late = get(&strict, &format!("/api/queues/{q}/health"))
+        .await
+        .json();
+    assert_eq!(late["mark"], "amber", "{late}");
+    assert!(
+        late["reasons"][0].as_str().unwrap().contains("waited"),
+        "{late}"
+    );
+    let overview = get(&app, "/").await;
+    status(&overview, StatusCode::OK);
+    assert!(
+        row_of(&overview.body, "data-queue", stuck_q).contains("data-health=\"red\""),
+        "{}",
+        overview.body
+    );
+    let busy_row = row_of(&overview.body, "data-queue", q);
+    assert!(busy_row.contains("data-health=\"green\""), "{busy_row}");
+    assert!(busy_row.contains("data-workers=\"1\""), "{busy_row}");
+    assert!(busy_row.contains("data-latency-ms="), "{busy_row}");
+
+    // The workers: who, where, what each runs.
+    let workers = get(&app, &format!("/api/queues/{q}/workers")).await;
+    status(&workers, StatusCode::OK);
+    let workers = workers.json();
+    let w = &workers[0];
+    assert_eq!(workers.as_array().unwrap().len(), 1, "{workers}");
+    assert_eq!(
+        (&w["name"], &w["pid"], &w["concurrency"], &w["late"]),
+        (
+            &json!("renderer"),
+            &json!(std::process::id()),
+            &json!(1),
+            &json!(false)
+        ),
+        "{w}"
+    );
+    assert_eq!(w["running"][0]["id"], "slow-1", "{w}");
+    let page = get(&app, &format!("/queues/{q}/workers")).await;
+    status(&page, StatusCode::OK);
+    let row = row_of(&page.body, "data-worker", w["id"].as_str().unwrap());
+    assert!(
+        row.contains("renderer")
+            && row.contains(&std::process::id().to_string())
+            && row.contains("slow-1"),
+        "{row}"
+    );
+
+    // The runs under way, with their worker.
+    let running = get(&app, &format!("/api/queues/{q}/running")).await;
+    status(&running, StatusCode::OK);
+    let running = running.json();
+    let run = &running["running"][0];
+    assert_eq!(running["running"].as_array().unwrap().len(), 1, "{running}");
+    assert_eq!(
+        (
+            &run["id"],
+            &run["attempt"],
+            &run["worker"]["name"],
+            &run["worker"]["pid"]
+        ),
+        (
+            &json!("slow-1"),
+            &json!(1),
+            &json!("renderer"),
+            &json!(std::process::id())
+        ),
+        "{running}"
+    );
+    assert!(run["started_at"].is_string() && run["running_for_ms"].is_u64());
+    let page = get(&app, &format!("/queues/{q}/running")).await;
+    status(&page, StatusCode::OK);
+    let row = row_of(&page.body, "data-run", "slow-1");
+    assert!(
+        row.contains("renderer") && row.contains("data-action=\"cancel\""),
+        "{row}"
+    );
+
+    // Results kept of what finished: the entry is gone, its result says
+    // how it ended.
+    let shown = get(&app, &format!("/api/queues/{q}/entries/quick-2")).await;
+    status(&shown, StatusCode::OK);
+    let shown = shown.json();
+    assert_eq!(
+        (
+            &shown["state"],
+            &shown["result"]["state"],
+            &shown["result"]["output"]
+        ),
+        (&json!("finished"), &json!("done"), &json!({"pages": 2})),
+        "{shown}"
+    );
+    let page = get(&app, &format!("/queues/{q}/entries/quick-2")).await;
+    status(&page, StatusCode::OK);
+    assert!(
+        page.body.contains("data-result=\"done\"") && page.body.contains("&quot;pages&quot;: 2"),
+        "{}",
+        page.body
+    );
+
+    // Cancel: the run stops, the entry goes, its result says cancelled.
+    let cancelled = write(
+        &app,
+        "POST",
+        &format!("/api/queues/{q}/entries/slow-1/cancel"),
+        "",
+    )
+    .await;
+    status(&cancelled, StatusCode::OK);
+    assert_eq!(cancelled.json(), json!({"ok": true, "changed": 1}));
+    common::eventually("slow-1 is gone", || async {
+        queue.entry("slow-1").await.unwrap().is_none()
+    })
+    .await;
+    let result = queue.result("slow-1").await.unwrap().expect("kept");
+    assert_eq!(result.state, punctual::durable::Finished::Cancelled);
+    assert_eq!(
+        write(
+            &app,
+            "POST",
+            &format!("/api/queues/{q}/entries/slow-1/cancel"),
+            ""
+        )
+        .await
+        .json(),
+        json!({"ok": true, "changed": 0}),
+        "nothing left to cancel"
+    );
+    common::eventually("waiting runs once the place is free", || async {
+        queue.stats().await.unwrap().due == 0
+    })
+    .await;
+
+    // The history per minute, from the store: what was inserted and done.
+    let history = get(&app, &format!("/api/queues/{q}/history?last=1h")).await;
+    status(&history, StatusCode::OK);
+    let history = history.json();
+    let sum = |field: &str| -> u64 {
+        history["minutes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m[field].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(sum("inserted"), 5, "{history}");
+    assert!(sum("done") >= 3, "{history}");
+    status(
+        &get(&app, &format!("/api/queues/{q}/history?last=soon")).await,
+        StatusCode::BAD_REQUEST,
+    );
+    // Drawn from it on the queue page (a fresh dashboard: it survives a
+    // restart of the dashboard), over the hour and over the day.
+    let fresh = builder().router();
+    for range in ["", "?range=day"] {
+        let page = get(&fresh, &format!("/queues/{q}{range}")).await;
+        status(&page, StatusCode::OK);
+        assert!(
+            page.body.contains("data-inserted=\"5\""),
+            "{range}: {}",
+            page.body
+        );
+        assert!(page.body.contains("class=\"flows\""));
+    }
+    worker.shutdown(Duration::from_secs(1)).await;
+}
+
+/// A queue of due entries and no worker.
+async fn seed_stuck<Q>(queue: &Q)
+where
+    Q: Durable<Item = Value>,
+    Q::Error: std::fmt::Debug,
+{
+    queue
+        .insert_many(&[(json!(1), Duration::ZERO), (json!(2), Duration::ZERO)])
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_runs_and_results_on_memory() {
+    let busy: MemoryQueue<Value> = MemoryQueue::builder("renders")
+        .keep_results(Duration::from_secs(3600))
+        .build();
+    let stuck: MemoryQueue<Value> = MemoryQueue::new("stuck");
+    seed_stuck(&stuck).await;
+    let (b, s) = (busy.clone(), stuck.clone());
+    let builder = move || Dashboard::builder().memory(b.clone()).memory(s.clone());
+    health_and_runs_on(builder, "renders", &busy, "stuck").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_runs_and_results_on_redis() {
+    let redis = RedisServer::start_in_memory();
+    let busy: RedisQueue<Value> = RedisQueue::builder("renders")
+        .url(&redis.url())
+        .keep_results(Duration::from_secs(3600))
+        .build()
+        .await
+        .unwrap();
+    skip_unless_supported!(&busy, "health_runs_and_results_on_redis");
+    seed_stuck(&redis_queue(&redis.url(), "stuck").await).await;
+    let url = redis.url();
+    let builder = move || Dashboard::builder().redis(&url);
+    health_and_runs_on(builder, "renders", &busy, "stuck").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_runs_and_results_on_postgres() {
+    let db = PgDb::new();
+    let busy: PgQueue<Value> = PgQueue::builder("renders")
+        .url(&db.url())
+        .schema("api_health")
+        .keep_results(Duration::from_secs(3600))
+        .build()
+        .await
+        .unwrap();
+    skip_unless_supported!(&busy, "health_runs_and_results_on_postgres");
+    seed_stuck(&pg_queue_in(&db.url(), "api_health", "stuck").await).await;
+    let url = db.url();
+    let builder = move || Dashboard::builder().postgres(&url, "api_health");
+    health_and_runs_on(builder, "renders", &busy, "stuck").await;
+}
+
+/// Schedules paused and resumed through the API and the pages, their last
+/// run and outcome shown.
+async fn schedules_paused_on<Q>(app: &Router, q: &str, queue: &Q)
+where
+    Q: Durable<Item = Value>,
+    Q::Error: std::fmt::Debug,
+{
+    queue
+        .schedule_every(
+            "nightly",
+            Duration::from_secs(3600),
+            punctual::MissedTicks::Skip,
+            &json!("n"),
+        )
+        .await
+        .unwrap();
+    let paused = write(
+        app,
+        "POST",
+        &format!("/api/queues/{q}/schedules/nightly/pause"),
+        "",
+    )
+    .await;
+    status(&paused, StatusCode::OK);
+    assert_eq!(paused.json(), json!({"ok": true, "changed": 1}));
+    assert!(queue.schedules().await.unwrap()[0].paused);
+    assert_eq!(
+        write(
+            app,
+            "POST",
+            &format!("/api/queues/{q}/schedules/nightly/pause"),
+            ""
+        )
+        .await
+        .json(),
+        json!({"ok": true, "changed": 0})
+    );
+    let listed = get(app, &format!("/api/queues/{q}/schedules")).await.json();
+    assert_eq!(
+        (
+            &listed[0]["paused"],
+            &listed[0]["last_run"],
+            &listed[0]["last_outcome"]
+        ),
+        (&json!(true), &Value::Null, &Value::Null),
+        "{listed}"
+    );
+    status(
+        &write(
+            app,
+            "POST",
+            &format!("/api/queues/{q}/schedules/nope/pause"),
+            "",
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+    );
+    let page = get(app, &format!("/queues/{q}")).await;
+    let row = row_of(&page.body, "data-schedule", "nightly");
+    assert!(
+        row.contains("data-paused=\"true\"") && row.contains("data-action=\"resume-schedule\""),
+        "{row}"
+    );
+    assert!(row.contains("never"), "no run yet: {row}");
+    let resumed = form(
+        app,
+        &format!("/queues/{q}/schedules/nightly/resume"),
+        &format!("back=%2Fqueues%2F{q}"),
+    )
+    .await;
+    status(&resumed, StatusCode::SEE_OTHER);
+    assert!(!queue.schedules().await.unwrap()[0].paused);
+    let page = get(app, resumed.headers[header::LOCATION].to_str().unwrap()).await;
+    assert!(
+        page.body.contains("Resumed schedule nightly."),
+        "{}",
+        page.body
+    );
+    assert!(
+        row_of(&page.body, "data-schedule", "nightly").contains("data-action=\"pause-schedule\"")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_pause_and_resume_on_every_store() {
+    let memory: MemoryQueue<Value> = MemoryQueue::new("cron");
+    let app = Dashboard::builder().memory(memory.clone()).router();
+    schedules_paused_on(&app, "cron", &memory).await;
+
+    let redis = RedisServer::start_in_memory();
+    let r = redis_queue(&redis.url(), "cron").await;
+    let db = PgDb::new();
+    let p = pg_queue_in(&db.url(), "api_cron", "cron").await;
+    if let Some(why) = common::unsupported(&r).await {
+        eprintln!("SKIPPED schedules on redis: the store does not answer {why}");
+    } else {
+        let app = Dashboard::builder().redis(&redis.url()).router();
+        schedules_paused_on(&app, "cron", &r).await;
+    }
+    if let Some(why) = common::unsupported(&p).await {
+        eprintln!("SKIPPED schedules on postgres: the store does not answer {why}");
+    } else {
+        let app = Dashboard::builder()
+            .postgres(&db.url(), "api_cron")
+            .router();
+        schedules_paused_on(&app, "cron", &p).await;
+    }
+}
+
+/// Dead letters newest first, page by page both ways; requeued with a
+/// delay; requeued and deleted in bulk, each entry answered; a row's
+/// Delete confirmed as the entry page's is.
+async fn dead_letters_on<Q>(app: &Router, q: &str, queue: &Q)
+where
+    Q: Durable<Item = Value>,
+    Q::Error: std::fmt::Debug,
+{
+    common::seed_dead(queue, 7).await;
+    let oldest: Vec<String> = queue
+        .entries(EntryState::Dead, None, 10)
+        .await
+        .unwrap()
+        .entries
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    let mut newest = oldest.clone();
+    newest.reverse();
+
+    // The API: newest first, in pages of 3, its cursors its own.
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut uri = format!("/api/queues/{q}/entries?state=dead&order=newest&limit=3");
+        if let Some(c) = &cursor {
+            uri.push_str(&format!("&cursor={c}"));
+        }
+        let page = get(app, &uri).await;
+        status(&page, StatusCode::OK);
+        let page = page.json();
+        for e in page["entries"].as_array().unwrap() {
+            seen.push(e["id"].as_str().unwrap().to_owned());
+        }
+        match page["next"].as_str() {
+            Some(next) => {
+                status(
+                    &get(
+                        app,
+                        &format!("/api/queues/{q}/entries?state=dead&cursor={next}"),
+                    )
+                    .await,
+                    StatusCode::BAD_REQUEST,
+                );
+                cursor = Some(next.to_owned());
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen, newest);
+    status(
+        &get(
+            app,
+            &format!("/api/queues/{q}/entries?state=dead&order=sideways"),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+    );
+
+    // The page: newest first unless asked, older and newer by links.
+    let first = get(app, &format!("/queues/{q}/entries?state=dead&limit=3")).await;
+    status(&first, StatusCode::OK);
+    assert_eq!(listed_ids(&first.body), newest[..3]);
+    assert!(page_link(&first.body, "prev").is_none(), "the newest page");
+    let older = page_link(&first.body, "next").expect("an older page");
+    let second = get(app, &older).await;
+    assert_eq!(listed_ids(&second.body), newest[3..6]);
+    let third = get(app, &page_link(&second.body, "next").unwrap()).await;
+    assert_eq!(listed_ids(&third.body), newest[6..]);
+    assert!(page_link(&third.body, "next").is_none(), "the oldest page");
+    let back = get(app, &page_link(&third.body, "prev").expect("a newer page")).await;
+    assert_eq!(listed_ids(&back.body), newest[3..6]);
+    let back = get(app, &page_link(&back.body, "prev").unwrap()).await;
+    assert_eq!(listed_ids(&back.body), newest[..3]);
+    let oldest_first = get(app, &format!("/queues/{q}/entries?state=dead&order=oldest")).await;
+    assert_eq!(listed_ids(&oldest_first.body), oldest);
+    // A long error: one line, the rest behind a click.
+    let row = row_of(&oldest_first.body, "data-entry", "dead-2");
+    assert!(row.contains("<details class=\"clamp\""), "{row}");
+    assert!(!row_of(&oldest_first.body, "data-entry", "dead-1").contains("<details"));
+    // Times as <time> in UTC, for the script to show in local time.
+    assert!(
+        oldest_first.body.contains("<time datetime=\"") && oldest_first.body.contains(" UTC\">"),
+        "{}",
+        oldest_first.body
+    );
+    assert!(oldest_first.body.contains("/assets/local-time.js"));
+    let js = get(app, "/assets/local-time.js").await;
+    status(&js, StatusCode::OK);
+    assert!(js.body.contains("time[datetime]"));
+
+    // Requeue with a delay: due that long from now.
+    let now = queue.now().await.unwrap();
+    let requeued = write(
+        app,
+        "POST",
+        &format!("/api/queues/{q}/requeue"),
+        r#"{"id": "dead-7", "delay_ms": 600000}"#,
+    )
+    .await;
+    assert_eq!(requeued.json(), json!({"ok": true, "changed": 1}));
+    let e = queue.entry("dead-7").await.unwrap().unwrap();
+    assert_eq!(e.state, EntryState::Pending);
+    let ahead = e.due.duration_since(now).unwrap();
+    assert!(
+        ahead >= Duration::from_secs(595) && ahead <= Duration::from_secs(605),
+        "{ahead:?}"
+    );
+    let by_form = form(
+        app,
+        &format!("/queues/{q}/requeue"),
+        "id=dead-6&delay=1h&back=%2F",
+    )
+    .await;
+    status(&by_form, StatusCode::SEE_OTHER);
+    let e = queue.entry("dead-6").await.unwrap().unwrap();
+    assert!(e.due.duration_since(now).unwrap() >= Duration::from_secs(3590));
+    status(
+        &form(app, &format!("/queues/{q}/requeue"), "id=dead-5&delay=soon").await,
+        StatusCode::BAD_REQUEST,
+    );
+
+    // Bulk through the API: each id answered, unknown ones refused alone.
+    let bulk = write(
+        app,
+        "POST",
+        &format!("/api/queues/{q}/bulk"),
+        r#"{"action": "delete", "ids": ["dead-5", "nope", "dead-5"]}"#,
+    )
+    .await;
+    status(&bulk, StatusCode::OK);
+    let bulk = bulk.json();
+    assert_eq!(bulk["changed"], 1, "{bulk}");
+    assert_eq!(
+        bulk["results"][0],
+        json!({"id": "dead-5", "changed": true, "error": null})
+    );
+    assert_eq!(bulk["results"][1]["changed"], false);
+    assert!(
+        bulk["results"][1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no such entry"),
+        "{bulk}"
+    );
+    assert_eq!(bulk["results"].as_array().unwrap().len(), 2, "each id once");
+    assert!(queue.entry("dead-5").await.unwrap().is_none());
+    let bulk = write(
+        app,
+        "POST",
+        &format!("/api/queues/{q}/bulk"),
+        r#"{"action": "requeue", "ids": ["dead-4", "dead-7"], "delay_ms": 0}"#,
+    )
+    .await
+    .json();
+    assert_eq!(bulk["changed"], 1, "{bulk}");
+    assert!(
+        bulk["results"][1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a dead letter"),
+        "{bulk}"
+    );
+    for bad in [
+        r#"{"action": "explode", "ids": ["dead-1"]}"#,
+        r#"{"action": "delete", "ids": []}"#,
+        r#"{"action": "delete", "ids": ["dead-1"], "delay_ms": 5}"#,
+        r#"{"ids": ["dead-1"]}"#,
+    ] {
+        status(
+            &write(app, "POST", &format!("/api/queues/{q}/bulk"), bad).await,
+            StatusCode::BAD_REQUEST,
+        );
+    }
+    assert!(queue.entry("dead-1").await.unwrap().is_some());
+
+    // Bulk through the list's form: refused unconfirmed; each entry
+    // answered on the page that follows.
+    let unconfirmed = form(
+        app,
+        &format!("/queues/{q}/bulk"),
+        "ids=dead-1&ids=dead-2&action=delete",
+    )
+    .await;
+    status(&unconfirmed, StatusCode::BAD_REQUEST);
+    assert!(queue.entry("dead-1").await.unwrap().is_some());
+    let done = form(
+        app,
+        &format!("/queues/{q}/bulk"),
+        "ids=dead-1&ids=dead-2&ids=ghost&action=delete&confirm=yes&back=%2Fqueues%2Fx",
+    )
+    .await;
+    status(&done, StatusCode::OK);
+    assert!(row_of(&done.body, "data-outcome", "dead-1").contains("data-changed=\"true\""));
+    assert!(row_of(&done.body, "data-outcome", "ghost").contains("no such entry"));
+    assert!(queue.entry("dead-2").await.unwrap().is_none());
+
+    // A row's Delete, as the entry page's: only with its box ticked.
+    let remove = format!("/queues/{q}/entries/dead-3/remove");
+    status(
+        &form(app, &remove, "back=%2F").await,
+        StatusCode::BAD_REQUEST,
+    );
+    assert!(queue.entry("dead-3").await.unwrap().is_some());
+    status(
+        &form(app, &remove, "back=%2F&confirm=yes").await,
+        StatusCode::SEE_OTHER,
+    );
+    assert!(queue.entry("dead-3").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_newest_first_requeue_delay_and_bulk_on_memory() {
+    let memory: MemoryQueue<Value> = MemoryQueue::builder("mail").max_attempts(1).build();
+    let app = Dashboard::builder().memory(memory.clone()).router();
+    dead_letters_on(&app, "mail", &memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_newest_first_requeue_delay_and_bulk_on_redis() {
+    let redis = RedisServer::start_in_memory();
+    let r = redis_queue(&redis.url(), "mail").await;
+    skip_unless_supported!(&r, "dead_letters_..._on_redis");
+    let app = Dashboard::builder().redis(&redis.url()).router();
+    dead_letters_on(&app, "mail", &r).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_newest_first_requeue_delay_and_bulk_on_postgres() {
+    let db = PgDb::new();
+    let p = pg_queue_in(&db.url(), "api_dead", "mail").await;
+    skip_unless_supported!(&p, "dead_letters_..._on_postgres");
+    let app = Dashboard::builder()
+        .postgres(&db.url(), "api_dead")
+        .router();
+    dead_letters_on(&app, "mail", &p).await;
+}
+
+/// The audit log: every write through the API and the pages, newest
+/// first, with where it came from and whether the token came with it;
+/// kept in the store, hidden from the lists of queues.
+async fn audit_on<Q>(builder: impl Fn() -> DashboardBuilder, q: &str, queue: &Q, store: &str)
+where
+    Q: Durable<Item = Value>,
+    Q::Error: std::fmt::Debug,
+{
+    queue
+        .insert(&json!(1), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let open = builder().router();
+    let locked = builder().token("s3cret").router();
+    let origin = [("origin", ORIGIN), ("content-type", "application/json")];
+    let a = call_from(
+        &open,
+        "10.1.2.3:4567",
+        "POST",
+        &format!("/api/queues/{q}/pause"),
+        &origin,
+        "",
+    )
+    .await;
+    status(&a, StatusCode::OK);
+    let page_form = [
+        ("origin", ORIGIN),
+        ("content-type", "application/x-www-form-urlencoded"),
+        ("x-forwarded-for", "203.0.113.9"),
+    ];
+    let b = call_from(
+        &open,
+        "10.1.2.4:5000",
+        "POST",
+        &format!("/queues/{q}/resume"),
+        &page_form,
+        "",
+    )
+    .await;
+    status(&b, StatusCode::SEE_OTHER);
+    let bearer = [("authorization", "Bearer s3cret")];
+    let c = call_from(
+        &locked,
+        "10.9.9.9:1",
+        "DELETE",
+        &format!("/api/queues/{q}/entries/nope"),
+        &bearer,
+        "",
+    )
+    .await;
+    status(&c, StatusCode::NOT_FOUND);
+
+    // In memory each dashboard keeps its own log (the store is the
+    // process's memory, the log the dashboard's); Redis and PostgreSQL
+    // keep one log that every dashboard of the store writes to.
+    let locked_log = get_with(&locked, &format!("/api/audit?store={store}"), &bearer).await;
+    status(&locked_log, StatusCode::OK);
+    let locked_log = locked_log.json();
+    let log = get(&open, &format!("/api/audit?store={store}")).await;
+    status(&log, StatusCode::OK);
+    let log = log.json();
+    assert_eq!(log["store"], store);
+    let mut records = log["records"].as_array().unwrap().clone();
+    if store == "memory" {
+        assert_eq!(records.len(), 2, "{log}");
+        records.insert(0, locked_log["records"][0].clone());
+    } else {
+        assert_eq!(log, locked_log);
+    }
+    assert_eq!(records.len(), 3, "{log}");
+    let newest = &records[0];
+    assert_eq!(
+        (
+            &newest["action"],
+            &newest["ids"],
+            &newest["ok"],
+            &newest["via"],
+            &newest["from"],
+            &newest["token"]
+        ),
+        (
+            &json!("remove"),
+            &json!(["nope"]),
+            &json!(false),
+            &json!("api"),
+            &json!("10.9.9.9:1"),
+            &json!(true)
+        ),
+        "{newest}"
+    );
+    assert!(newest["error"].as_str().unwrap().contains("no entry"));
+    assert_eq!(
+        (
+            &records[1]["action"],
+            &records[1]["via"],
+            &records[1]["from"],
+            &records[1]["forwarded_for"],
+            &records[1]["token"]
+        ),
+        (
+            &json!("resume"),
+            &json!("page"),
+            &json!("10.1.2.4:5000"),
+            &json!("203.0.113.9"),
+            &json!(false)
+        ),
+        "{log}"
+    );
+    assert_eq!(
+        (
+            &records[2]["action"],
+            &records[2]["queue"],
+            &records[2]["changed"],
+            &records[2]["from"]
+        ),
+        (
+            &json!("pause"),
+            &json!(q),
+            &json!(1),
+            &json!("10.1.2.3:4567")
+        ),
+        "{log}"
+    );
+    assert!(records[1]["at"].as_str().unwrap() >= records[2]["at"].as_str().unwrap());
+    let page = get(&open, &format!("/audit?store={store}")).await;
+    status(&page, StatusCode::OK);
+    let shown = if store == "memory" { 2 } else { 3 };
+    assert_eq!(
+        page.body.matches("<tr data-audit=").count(),
+        shown,
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("10.1.2.3:4567") && page.body.contains("203.0.113.9"));
+    // Kept in the store, listed nowhere else.
+    let queues = get(&open, "/api/queues").await.json();
+    assert!(
+        !queues.to_string().contains("punctual-admin.audit"),
+        "{queues}"
+    );
+    status(
+        &get(&open, "/api/queues/punctual-admin.audit").await,
+        StatusCode::NOT_FOUND,
+    );
+    status(
+        &get(&open, "/api/audit?store=nowhere").await,
+        StatusCode::NOT_FOUND,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_log_records_every_write_on_memory() {
+    let memory: MemoryQueue<Value> = MemoryQueue::new("billing");
+    let m = memory.clone();
+    audit_on(
+        move || Dashboard::builder().memory(m.clone()),
+        "billing",
+        &memory,
+        "memory",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_log_records_every_write_on_redis_and_postgres() {
+    let redis = RedisServer::start_in_memory();
+    let r = redis_queue(&redis.url(), "billing").await;
+    match common::unsupported(&r).await {
+        Some(why) => eprintln!("SKIPPED the audit log on redis: the store does not answer {why}"),
+        None => {
+            let url = redis.url();
+            audit_on(
+                move || Dashboard::builder().redis(&url),
+                "billing",
+                &r,
+                "redis",
+            )
+            .await;
+        }
+    }
+    let db = PgDb::new();
+    let p = pg_queue_in(&db.url(), "api_audit", "billing").await;
+    match common::unsupported(&p).await {
+        Some(why) => {
+            eprintln!("SKIPPED the audit log on postgres: the store does not answer {why}")
+        }
+        None => {
+            let url = db.url();
+            audit_on(
+                move || Dashboard::builder().postgres(&url, "api_audit"),
+                "billing",
+                &p,
+                "postgres",
+            )
+            .await;
+        }
+    }
+}
+
+/// A record 30 days old goes at the next write that looks (no task sweeps).
+#[tokio::test(start_paused = true)]
+async fn audit_records_go_after_30_days() {
+    let memory: MemoryQueue<Value> = MemoryQueue::new("billing");
+    memory
+        .insert(&json!(1), Duration::from_secs(3600 * 24 * 90))
+        .await
+        .unwrap();
+    let app = Dashboard::builder().memory(memory.clone()).router();
+    status(
+        &write(&app, "POST", "/api/queues/billing/pause", "").await,
+        StatusCode::OK,
+    );
+    let count = |app: Router| async move {
+        get(&app, "/api/audit").await.json()["records"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(count(app.clone()).await, 1);
+    tokio::time::advance(Duration::from_secs(29 * 86_400)).await;
+    status(
+        &write(&app, "POST", "/api/queues/billing/resume", "").await,
+        StatusCode::OK,
+    );
+    assert_eq!(count(app.clone()).await, 2, "both younger than 30 days");
+    tokio::time::advance(Duration::from_secs(2 * 86_400)).await;
+    status(
+        &write(&app, "POST", "/api/queues/billing/pause", "").await,
+        StatusCode::OK,
+    );
+    let left = get(&app, "/api/audit").await.json();
+    let actions: Vec<&str> = left["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        ["pause", "resume"],
+        "the 31-day-old record went: {left}"
+    );
+}
+
+/// A write that fails shows a page a person can act on: the dashboard's
+/// own badge (no "read-only" on a writable one), what went wrong in words,
+/// the way back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_says_so_with_a_way_back() {
+    let mut redis = RedisServer::start();
+    redis_queue(&redis.url(), "jobs")
+        .await
+        .insert(&json!({"n": 1}), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let app = Dashboard::builder().redis(&redis.url()).router();
+    status(&get(&app, "/queues/jobs").await, StatusCode::OK);
+    redis.kill();
+    let failed = form(&app, "/queues/jobs/pause", "back=%2Fqueues%2Fjobs").await;
+    status(&failed, StatusCode::BAD_GATEWAY);
+    assert!(
+        failed.body.contains("The store did not answer"),
+        "{}",
+        failed.body
+    );
+    assert!(
+        !failed.body.contains("class=\"badge ro\""),
+        "{}",
+        failed.body
+    );
+    assert!(
+        failed
+            .body
+            .contains("href=\"/queues/jobs\" data-way=\"back\""),
+        "{}",
+        failed.body
+    );
+    let ro = Dashboard::builder()
+        .redis(&redis.url())
+        .read_only(true)
+        .router();
+    let refused = form(&ro, "/queues/jobs/pause", "").await;
+    status(&refused, StatusCode::FORBIDDEN);
+    assert!(
+        refused.body.contains("class=\"badge ro\""),
+        "a read-only dashboard says so"
+    );
+}

@@ -51,6 +51,8 @@ fn admin_env(stores: &[String], args: &[&str], env: &[(&str, &str)]) -> Run {
         Command::new(env!("CARGO_BIN_EXE_punctual-admin"))
             .args(stores)
             .args(args)
+            .env_remove("PUNCTUAL_REDIS_URL")
+            .env_remove("PUNCTUAL_POSTGRES_URL")
             .envs(env.iter().copied())
             .output()
             .expect("the binary runs")
@@ -1360,4 +1362,391 @@ async fn key_limits_through_the_command_line() {
     );
     exits(admin(st, &["remove-limit", "postgres:nope", "k"]), 1);
     drop((held_r, held_p));
+}
+
+/// The stores from `PUNCTUAL_REDIS_URL` / `PUNCTUAL_POSTGRES_URL` (one URL
+/// or several, comma-separated), and the store flags after the command:
+/// no password needs to be on the command line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_from_the_environment_and_flags_after_the_command() {
+    let s = seeded("cli_env").await;
+    let other = RedisServer::start_in_memory();
+    redis_queue(&other.url(), "second")
+        .await
+        .insert(&json!(1), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let none: Vec<String> = Vec::new();
+    let env = [
+        ("PUNCTUAL_REDIS_URL", s.redis_url.as_str()),
+        ("PUNCTUAL_POSTGRES_URL", s.pg_url.as_str()),
+    ];
+    let all = exits(
+        admin_env(&none, &["queues", "--schema", "cli_env", "--json"], &env),
+        0,
+    )
+    .json();
+    let names: Vec<String> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| {
+            format!(
+                "{}:{}",
+                q["store"].as_str().unwrap(),
+                q["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "redis:emails",
+            "redis:orders",
+            "postgres:orders",
+            "postgres:reports"
+        ]
+    );
+    // Several of a kind, comma-separated.
+    let both = format!("{}, {}", s.redis_url, other.url());
+    let all = exits(
+        admin_env(
+            &none,
+            &["queues", "--json"],
+            &[("PUNCTUAL_REDIS_URL", &both)],
+        ),
+        0,
+    )
+    .json();
+    assert!(
+        all.as_array()
+            .unwrap()
+            .iter()
+            .any(|q| q["source"] == "redis@2" && q["name"] == "second"),
+        "{all}"
+    );
+    // A flag on the line wins over the environment's kind.
+    let stats = exits(
+        admin_env(
+            &none,
+            &["stats", "orders", "--redis", &s.redis_url, "--json"],
+            &[("PUNCTUAL_REDIS_URL", "redis://127.0.0.1:1/")],
+        ),
+        0,
+    )
+    .json();
+    assert_eq!(stats["dead"], SEEDED.dead);
+    // The flags after the command, --schema after its --postgres.
+    let stats = exits(
+        admin(
+            &none,
+            &[
+                "stats",
+                "postgres:orders",
+                "--redis",
+                &s.redis_url,
+                "--postgres",
+                &s.pg_url,
+                "--schema",
+                "cli_env",
+                "--json",
+            ],
+        ),
+        0,
+    )
+    .json();
+    assert_eq!(stats["pending"], SEEDED.pending);
+    let help = exits(admin(&none, &["--help"]), 0);
+    assert!(help.stdout.contains("PUNCTUAL_REDIS_URL"), "{help:?}");
+}
+
+/// One store down no longer hides the others: `queues` lists what it
+/// could read and says which store it left out; only when every store is
+/// down does it fail (exit 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_store_down_lists_the_others() {
+    let redis = RedisServer::start_in_memory();
+    redis_queue(&redis.url(), "jobs")
+        .await
+        .insert(&json!(1), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let stores = vec![
+        "--redis".to_owned(),
+        redis.url(),
+        "--redis".to_owned(),
+        "redis://127.0.0.1:1/".to_owned(),
+    ];
+    let run = exits(admin(&stores, &["queues", "--json"]), 0);
+    let all = run.json();
+    assert_eq!(all.as_array().unwrap().len(), 1, "{all}");
+    assert_eq!(all[0]["name"], "jobs");
+    assert!(
+        run.stderr.contains("store redis@2 left out") && run.stderr.contains("127.0.0.1:1"),
+        "{run:?}"
+    );
+    let human = exits(admin(&stores, &["queues"]), 0);
+    assert!(human.stdout.contains("jobs"), "{human:?}");
+    let down = vec![
+        "--redis".to_owned(),
+        "redis://127.0.0.1:1/".to_owned(),
+        "--postgres".to_owned(),
+        "postgres://postgres@127.0.0.1:1/x".to_owned(),
+    ];
+    let all_down = exits(admin(&down, &["queues", "--json"]), 2);
+    assert!(
+        all_down.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("no store could be listed"),
+        "{all_down:?}"
+    );
+}
+
+/// A Redis id such as `#24` is printed quoted where a shell would cut it
+/// (`#` starts a comment), in lists and in the commands a person copies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_a_shell_would_cut_are_quoted() {
+    let redis = RedisServer::start_in_memory();
+    let q = redis_queue(&redis.url(), "jobs").await;
+    let id = q
+        .insert(&json!({"n": 1}), Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(id.starts_with('#'), "{id}");
+    let stores = vec!["--redis".to_owned(), redis.url()];
+    let list = exits(
+        admin(&stores, &["entries", "jobs", "--state", "pending"]),
+        0,
+    );
+    assert!(list.stdout.contains(&format!("'{id}'")), "{list:?}");
+    let shown = exits(admin(&stores, &["show", "jobs", &id]), 0);
+    assert!(
+        shown
+            .stdout
+            .contains(&format!("punctual-admin remove jobs '{id}'")),
+        "{shown:?}"
+    );
+    // The quoted form, read back by a shell, names the entry.
+    let line = format!(
+        "{} --redis {} show jobs '{id}' --json",
+        env!("CARGO_BIN_EXE_punctual-admin"),
+        redis.url()
+    );
+    let out = block_in_place(|| Command::new("sh").args(["-c", &line]).output().unwrap());
+    assert!(out.status.success(), "{out:?}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["id"], json!(id));
+}
+
+/// A store URL that points at another kind of server, or a schema that
+/// does not exist, is said in words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_port_or_schema_is_named() {
+    let redis = RedisServer::start_in_memory();
+    let db = PgDb::new();
+    let pg_port = db
+        .url()
+        .split('@')
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .map(|host| host.rsplit(':').next().unwrap().to_owned())
+        .unwrap();
+    // Redis at PostgreSQL's port.
+    let wrong = exits(
+        admin(
+            &["--redis".into(), format!("redis://127.0.0.1:{pg_port}/")],
+            &["queues"],
+        ),
+        2,
+    );
+    assert!(
+        wrong.stderr.contains("not a Redis server")
+            && wrong.stderr.contains("a PostgreSQL server answers there"),
+        "{wrong:?}"
+    );
+    // PostgreSQL at Redis's port.
+    let wrong = exits(
+        admin(
+            &[
+                "--postgres".into(),
+                format!("postgres://postgres@127.0.0.1:{}/x", redis.port()),
+            ],
+            &["queues"],
+        ),
+        2,
+    );
+    assert!(
+        wrong.stderr.contains("not a PostgreSQL server")
+            && wrong.stderr.contains("a Redis server answers there"),
+        "{wrong:?}"
+    );
+    // Redis at an HTTP server.
+    let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let http_port = http.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in http.incoming().flatten().take(8) {
+            let mut stream = stream;
+            let mut buf = [0_u8; 256];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n");
+        }
+    });
+    let wrong = exits(
+        admin(
+            &["--redis".into(), format!("redis://127.0.0.1:{http_port}/")],
+            &["queues"],
+        ),
+        2,
+    );
+    assert!(
+        wrong.stderr.contains("not a Redis server")
+            && wrong.stderr.contains("an HTTP server answers there")
+            && !wrong.stderr.contains("Parse error"),
+        "{wrong:?}"
+    );
+    // A schema that is not there.
+    let missing = exits(
+        admin(
+            &[
+                "--postgres".into(),
+                db.url(),
+                "--schema".into(),
+                "no_such_schema".into(),
+            ],
+            &["queues", "--json"],
+        ),
+        2,
+    );
+    assert!(
+        missing.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("no schema \"no_such_schema\""),
+        "{missing:?}"
+    );
+}
+
+/// The health and jobs commands against a real store: workers, running,
+/// cancel, history, show with its result, pause-schedule and
+/// resume-schedule, requeue --delay, entries --order newest, audit.
+async fn health_commands_on<Q>(stores: &[String], queue: &Q, store: &str)
+where
+    Q: Durable<Item = Value>,
+    Q::Error: std::fmt::Debug,
+{
+    let worker = common::seed_runs(queue).await;
+    let workers = exits(admin(stores, &["workers", "renders", "--json"]), 0).json();
+    assert_eq!(workers[0]["name"], "renderer", "{workers}");
+    let human = exits(admin(stores, &["workers", "renders"]), 0);
+    assert!(human.stdout.contains("renderer"), "{human:?}");
+    let running = exits(admin(stores, &["running", "renders", "--json"]), 0).json();
+    assert_eq!(running["running"][0]["id"], "slow-1", "{running}");
+    assert_eq!(running["running"][0]["worker"]["pid"], std::process::id());
+    let shown = exits(admin(stores, &["show", "renders", "quick-1", "--json"]), 0).json();
+    assert_eq!(shown["result"]["output"], json!({"pages": 1}), "{shown}");
+    let cancel = exits(admin(stores, &["cancel", "renders", "slow-1", "--json"]), 0).json();
+    assert_eq!(cancel, json!({"ok": true, "changed": 1}));
+    common::eventually("slow-1 is gone", || async {
+        queue.entry("slow-1").await.unwrap().is_none()
+    })
+    .await;
+    let history = exits(admin(stores, &["history", "renders", "--json"]), 0).json();
+    assert!(
+        !history["minutes"].as_array().unwrap().is_empty(),
+        "{history}"
+    );
+    queue
+        .schedule_every(
+            "hourly",
+            Duration::from_secs(3600),
+            punctual::MissedTicks::Skip,
+            &json!(1),
+        )
+        .await
+        .unwrap();
+    exits(admin(stores, &["pause-schedule", "renders", "hourly"]), 0);
+    assert!(queue.schedules().await.unwrap()[0].paused);
+    exits(admin(stores, &["resume-schedule", "renders", "hourly"]), 0);
+    assert!(!queue.schedules().await.unwrap()[0].paused);
+    exits(admin(stores, &["pause-schedule", "renders", "nope"]), 1);
+    worker.shutdown(Duration::from_secs(1)).await;
+    common::seed_dead(queue, 3).await;
+    let newest = exits(
+        admin(
+            stores,
+            &[
+                "entries", "renders", "--state", "dead", "--order", "newest", "--json",
+            ],
+        ),
+        0,
+    )
+    .json();
+    assert_eq!(newest["entries"][0]["id"], "dead-3", "{newest}");
+    let now = queue.now().await.unwrap();
+    exits(
+        admin(stores, &["requeue", "renders", "dead-1", "--delay", "10m"]),
+        0,
+    );
+    let e = queue.entry("dead-1").await.unwrap().unwrap();
+    assert!(e.due.duration_since(now).unwrap() >= Duration::from_secs(590));
+    let audit = exits(admin(stores, &["audit", "--store", store, "--json"]), 0).json();
+    let actions: Vec<&str> = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions[..4],
+        [
+            "requeue",
+            "pause-schedule",
+            "resume-schedule",
+            "pause-schedule"
+        ],
+        "{audit}"
+    );
+    assert_eq!(audit["records"][0]["via"], "cli");
+    assert_eq!(actions.last(), Some(&"cancel"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_commands_on_redis() {
+    let redis = RedisServer::start_in_memory();
+    let q: punctual::redis::RedisQueue<Value> = punctual::redis::RedisQueue::builder("renders")
+        .url(&redis.url())
+        .keep_results(Duration::from_secs(3600))
+        .max_attempts(1)
+        .build()
+        .await
+        .unwrap();
+    skip_unless_supported!(&q, "health_commands_on_redis");
+    health_commands_on(&["--redis".into(), redis.url()], &q, "redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_commands_on_postgres() {
+    let db = PgDb::new();
+    let q: punctual::postgres::PgQueue<Value> = punctual::postgres::PgQueue::builder("renders")
+        .url(&db.url())
+        .schema("cli_health")
+        .keep_results(Duration::from_secs(3600))
+        .max_attempts(1)
+        .build()
+        .await
+        .unwrap();
+    skip_unless_supported!(&q, "health_commands_on_postgres");
+    health_commands_on(
+        &[
+            "--postgres".into(),
+            db.url(),
+            "--schema".into(),
+            "cli_health".into(),
+        ],
+        &q,
+        "postgres",
+    )
+    .await;
 }

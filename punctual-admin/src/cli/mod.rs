@@ -462,20 +462,18 @@ where
         let _ = e.print();
         ExitCode::from(2)
     };
+    // The store flags in the order written, wherever they stand (clap
+    // takes them before and after the command alike, and says what is
+    // wrong with a line; the order says which --schema is whose).
+    let flags = store_flags(&args);
     let matches = Cli::command()
         .try_get_matches_from(args)
         .map_err(clap_failed)?;
-    let cli = Cli::from_arg_matches(&matches).map_err(clap_failed)?;
+    let mut cli = Cli::from_arg_matches(&matches).map_err(clap_failed)?;
     let bad = |why: String| refuse(json, &why);
-    // Each --schema belongs to the --postgres before it.
-    let pg_at: Vec<usize> = matches
-        .indices_of("postgres")
-        .map(Iterator::collect)
-        .unwrap_or_default();
-    let schema_at: Vec<usize> = matches
-        .indices_of("schema")
-        .map(Iterator::collect)
-        .unwrap_or_default();
+    cli.redis = flags.iter().filter_map(|f| f.redis()).collect();
+    cli.postgres = flags.iter().filter_map(|f| f.postgres()).collect();
+    cli.schema = flags.iter().filter_map(|f| f.schema()).collect();
     let mut sources: Vec<Source> = cli.redis.iter().map(|url| Source::redis(url)).collect();
     if cli.postgres.is_empty() {
         // PUNCTUAL_POSTGRES_URL's stores share the one --schema given.
@@ -501,18 +499,26 @@ where
             sources.push(Source::postgres(&url, schema));
         }
     } else {
+        // Each --schema belongs to the --postgres before it.
         let mut schemas: Vec<Option<String>> = vec![None; cli.postgres.len()];
-        for (schema, at) in cli.schema.iter().zip(&schema_at) {
-            let Some(owner) = pg_at.iter().rposition(|pg| pg < at) else {
-                return Err(bad(format!(
-                    "--schema {schema} comes before any --postgres: write it after the URL it belongs to"
-                )));
-            };
-            if schemas[owner].replace(schema.clone()).is_some() {
-                return Err(bad(format!(
-                    "two --schema for --postgres {}",
-                    crate::store::redact(&cli.postgres[owner])
-                )));
+        let mut owner: Option<usize> = None;
+        for flag in &flags {
+            match flag {
+                Flag::Postgres(_) => owner = Some(owner.map_or(0, |o| o + 1)),
+                Flag::Schema(schema) => {
+                    let Some(owner) = owner else {
+                        return Err(bad(format!(
+                            "--schema {schema} comes before any --postgres: write it after the URL it belongs to"
+                        )));
+                    };
+                    if schemas[owner].replace(schema.clone()).is_some() {
+                        return Err(bad(format!(
+                            "two --schema for --postgres {}",
+                            crate::store::redact(&cli.postgres[owner])
+                        )));
+                    }
+                }
+                Flag::Redis(_) => {}
             }
         }
         for (url, schema) in cli.postgres.iter().zip(schemas) {
@@ -538,6 +544,64 @@ where
     }
     identities(&sources).map_err(bad)?;
     Ok((cli, sources))
+}
+
+/// A store flag of the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Flag {
+    Redis(String),
+    Postgres(String),
+    Schema(String),
+}
+
+impl Flag {
+    fn redis(&self) -> Option<String> {
+        match self {
+            Flag::Redis(url) => Some(url.clone()),
+            _ => None,
+        }
+    }
+
+    fn postgres(&self) -> Option<String> {
+        match self {
+            Flag::Postgres(url) => Some(url.clone()),
+            _ => None,
+        }
+    }
+
+    fn schema(&self) -> Option<String> {
+        match self {
+            Flag::Schema(schema) => Some(schema.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// The store flags of `args` (the program's name first), in the order
+/// written, before the command or after it, up to a `--`: `--redis URL`,
+/// `--redis=URL`, and the same of `--postgres` and `--schema`.
+fn store_flags(args: &[OsString]) -> Vec<Flag> {
+    let mut flags = Vec::new();
+    let mut words = args.iter().skip(1).map(|a| a.to_string_lossy());
+    while let Some(word) = words.next() {
+        if word == "--" {
+            break;
+        }
+        for (name, make) in [
+            ("--redis", Flag::Redis as fn(String) -> Flag),
+            ("--postgres", Flag::Postgres),
+            ("--schema", Flag::Schema),
+        ] {
+            if word == name {
+                if let Some(value) = words.next() {
+                    flags.push(make(value.into_owned()));
+                }
+            } else if let Some(value) = word.strip_prefix(name).and_then(|r| r.strip_prefix('=')) {
+                flags.push(make(value.to_owned()));
+            }
+        }
+    }
+    flags
 }
 
 /// The URLs an environment variable gives: one, or several separated by
@@ -1584,6 +1648,229 @@ mod tests {
         );
     }
 
+    /// The health and jobs commands over a memory queue: workers, running,
+    /// cancel, history, show with a result, schedules paused, requeue with
+    /// a delay, dead letters newest first; relative times
+    /// from the store's clock (the queue's clock runs years behind this
+    /// machine's here).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn health_and_jobs_commands_on_a_memory_queue() {
+        use punctual::durable::{Job, Outcome, Worker};
+        use serde_json::{Value, json};
+        use std::time::{Duration, UNIX_EPOCH};
+
+        let long_ago = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        let q = punctual::memory::MemoryQueue::<Value>::builder("renders")
+            .keep_results(Duration::from_secs(3600))
+            .max_attempts(1)
+            .start_at(long_ago)
+            .build();
+        let worker =
+            Worker::builder(q.clone())
+                .name("renderer")
+                .spawn(|job: Job<Value>| async move {
+                    match job.value()["do"].as_str() {
+                        Some("hold") => {
+                            job.cancelled().await;
+                            Outcome::Done
+                        }
+                        Some("fail") => Outcome::discard("the template is missing"),
+                        _ => Outcome::done_with(&json!({"pages": 3})),
+                    }
+                });
+        q.insert_with_id("done-1", &json!({"do": "render"}), Duration::ZERO)
+            .await
+            .unwrap();
+        q.insert_with_id("dead-1", &json!({"do": "fail"}), Duration::ZERO)
+            .await
+            .unwrap();
+        q.insert_with_id("dead-2", &json!({"do": "fail"}), Duration::ZERO)
+            .await
+            .unwrap();
+        q.insert_with_id("slow", &json!({"do": "hold"}), Duration::ZERO)
+            .await
+            .unwrap();
+        q.insert_with_id("later", &json!({"do": "render"}), Duration::from_secs(600))
+            .await
+            .unwrap();
+        let until = tokio::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let s = q.stats().await.unwrap();
+            let w = q.workers().await.unwrap();
+            let listed = w
+                .first()
+                .is_some_and(|w| w.running.iter().any(|r| r.id == "slow"));
+            if s.dead == 2 && s.leased == 1 && listed {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < until, "{s:?} {w:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let run = |args: &'static [&'static str]| {
+            let q = q.clone();
+            async move { over_memory(&q, args).await }
+        };
+        let doc = |text: String| serde_json::from_str::<Value>(&text).unwrap();
+
+        // Relative times from the store's clock: "in 10m", not decades ago.
+        let text = run(&["entries", "renders", "--state", "pending"])
+            .await
+            .unwrap();
+        assert!(
+            text.contains("(in 10m)") || text.contains("(in 9m"),
+            "{text}"
+        );
+
+        let workers = doc(run(&["workers", "renders", "--json"]).await.unwrap());
+        assert_eq!(workers[0]["name"], "renderer", "{workers}");
+        assert_eq!(workers[0]["pid"], std::process::id());
+        let text = run(&["workers", "renders"]).await.unwrap();
+        assert!(
+            text.starts_with("NAME") && text.contains("renderer") && text.contains("1/1"),
+            "{text}"
+        );
+
+        let running = doc(run(&["running", "renders", "--json"]).await.unwrap());
+        assert_eq!(running["running"][0]["id"], "slow", "{running}");
+        assert_eq!(running["running"][0]["worker"]["name"], "renderer");
+        let text = run(&["running", "renders"]).await.unwrap();
+        assert!(
+            text.contains("renderer") && text.contains("cancel renders slow"),
+            "{text}"
+        );
+
+        // A finished entry: gone, its result kept.
+        let shown = doc(run(&["show", "renders", "done-1", "--json"]).await.unwrap());
+        assert_eq!(
+            (
+                &shown["state"],
+                &shown["result"]["state"],
+                &shown["result"]["output"]
+            ),
+            (&json!("finished"), &json!("done"), &json!({"pages": 3})),
+            "{shown}"
+        );
+        let text = run(&["show", "renders", "done-1"]).await.unwrap();
+        assert!(
+            text.contains("result      done") && text.contains("\"pages\": 3"),
+            "{text}"
+        );
+        let text = run(&["show", "renders", "dead-1"]).await.unwrap();
+        assert!(
+            text.contains("attempt 1   failed") && text.contains("the template is missing"),
+            "{text}"
+        );
+        assert!(
+            text.contains("commands    punctual-admin requeue renders dead-1"),
+            "{text}"
+        );
+
+        // Cancel: the run stops, its result says so.
+        assert_eq!(
+            run(&["cancel", "renders", "slow", "--json"]).await.unwrap(),
+            to_json(&WriteJson::changed(1))
+        );
+        let until = tokio::time::Instant::now() + Duration::from_secs(15);
+        while q.entry("slow").await.unwrap().is_some() {
+            assert!(tokio::time::Instant::now() < until);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            q.result("slow").await.unwrap().map(|r| r.state),
+            Some(punctual::durable::Finished::Cancelled)
+        );
+        assert!(
+            run(&["cancel", "renders", "slow"])
+                .await
+                .unwrap()
+                .contains("nothing changed")
+        );
+
+        // History per minute, from the store.
+        let history = doc(run(&["history", "renders", "--json"]).await.unwrap());
+        let inserted: u64 = history["minutes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["inserted"].as_u64().unwrap())
+            .sum();
+        assert_eq!(inserted, 5, "{history}");
+        let text = run(&["history", "renders", "--last", "30m"]).await.unwrap();
+        assert!(
+            text.starts_with("MINUTE") && text.contains("\ntotal"),
+            "{text}"
+        );
+
+        // Dead letters newest first; requeue with a delay.
+        let newest = doc(run(&[
+            "entries", "renders", "--state", "dead", "--order", "newest", "--json",
+        ])
+        .await
+        .unwrap());
+        let ids: Vec<&str> = newest["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["dead-2", "dead-1"]);
+        let now = q.now().await.unwrap();
+        assert_eq!(
+            run(&["requeue", "renders", "dead-1", "--delay", "10m"])
+                .await
+                .unwrap(),
+            "requeued dead-1 of renders: due in 10m"
+        );
+        let e = q.entry("dead-1").await.unwrap().unwrap();
+        assert!(e.due.duration_since(now).unwrap() >= Duration::from_secs(599));
+        assert!(
+            run(&["requeue", "renders", "dead-2", "--delay", "soon"])
+                .await
+                .is_err()
+        );
+
+        // Schedules paused and resumed, with their last run and outcome.
+        q.schedule_every(
+            "hourly",
+            Duration::from_secs(3600),
+            punctual::MissedTicks::Skip,
+            &json!(1),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            run(&["pause-schedule", "renders", "hourly"]).await.unwrap(),
+            "paused schedule hourly of renders: its tick waits until it is resumed"
+        );
+        assert!(q.schedules().await.unwrap()[0].paused);
+        let listed = doc(run(&["schedules", "renders", "--json"]).await.unwrap());
+        assert_eq!(
+            (&listed[0]["paused"], &listed[0]["last_outcome"]),
+            (&json!(true), &Value::Null)
+        );
+        assert!(
+            run(&["schedules", "renders"])
+                .await
+                .unwrap()
+                .contains("hourly (paused)")
+        );
+        assert_eq!(
+            run(&["resume-schedule", "renders", "hourly", "--json"])
+                .await
+                .unwrap(),
+            to_json(&WriteJson::changed(1))
+        );
+        assert_eq!(
+            run(&["pause-schedule", "renders", "nope"])
+                .await
+                .unwrap_err()
+                .exit_code(),
+            1
+        );
+
+        worker.shutdown(Duration::from_secs(1)).await;
+    }
+
     #[test]
     fn each_schema_belongs_to_the_postgres_before_it() {
         let (_, sources) = parse([
@@ -1620,5 +1907,39 @@ mod tests {
             .is_err()
         );
         assert!(parse(["punctual-admin", "queues"]).is_err());
+        // The store flags after the command, in any mix.
+        let (_, sources) = parse([
+            "punctual-admin",
+            "--postgres",
+            "postgres://a/db",
+            "queues",
+            "--schema",
+            "jobs",
+            "--redis=redis://r/",
+            "--postgres=postgres://b/db",
+        ])
+        .unwrap();
+        let described: Vec<String> = sources.iter().map(Source::describe).collect();
+        assert_eq!(
+            described,
+            [
+                "redis://r/",
+                "postgres://a/db schema jobs",
+                "postgres://b/db schema punctual"
+            ]
+        );
+        assert!(
+            parse([
+                "punctual-admin",
+                "stats",
+                "q",
+                "--schema",
+                "x",
+                "--postgres",
+                "postgres://a/db"
+            ])
+            .is_err(),
+            "a --schema before its --postgres"
+        );
     }
 }

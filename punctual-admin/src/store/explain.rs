@@ -39,6 +39,8 @@ impl Peer {
             [] => Peer::Closed,
             [b'S' | b'N'] if postgres_probe => Peer::Postgres,
             _ if answer.starts_with(b"HTTP/") => Peer::Http,
+            // An HTTP/0.9-style answer to a line that is no request: a page.
+            _ if answer.trim_ascii_start().starts_with(b"<") => Peer::Http,
             [b'+' | b'-', ..] => Peer::Redis,
             // PostgreSQL's ErrorResponse: 'E', then a 4-byte length.
             [b'E', 0, ..] => Peer::Postgres,
@@ -100,6 +102,28 @@ async fn probe(addr: &str, question: &[u8], postgres_probe: bool) -> Option<Peer
     }
 }
 
+/// What answers at `addr`: asked first as `ours` asks (Redis's `PING`,
+/// or PostgreSQL's `SSLRequest`), then, when that tells nothing, as the
+/// other store would.
+async fn identify(addr: &str, postgres_first: bool) -> Option<Peer> {
+    let ask = |postgres: bool| async move {
+        if postgres {
+            probe(addr, &SSL_REQUEST, true).await
+        } else {
+            probe(addr, b"PING\r\n", false).await
+        }
+    };
+    let first = ask(postgres_first).await?;
+    if matches!(first, Peer::Closed | Peer::Silent | Peer::Other) {
+        if let Some(second @ (Peer::Redis | Peer::Postgres | Peer::Http)) =
+            ask(!postgres_first).await
+        {
+            return Some(second);
+        }
+    }
+    Some(first)
+}
+
 /// Whether a Redis error looks like the other side speaking another
 /// protocol (or hanging up on Redis's).
 fn redis_confused(error: &str) -> bool {
@@ -121,7 +145,7 @@ pub(crate) async fn redis(url: &str, error: &str) -> OpError {
     let shown = redact(url);
     if redis_confused(error) {
         if let Some(addr) = address(url, 6379) {
-            if let Some(peer) = probe(&addr, b"PING\r\n", false).await {
+            if let Some(peer) = identify(&addr, false).await {
                 if peer != Peer::Redis {
                     return OpError::Store(format!(
                         "{shown}: not a Redis server at {addr}: {} (a wrong port?)",
@@ -132,6 +156,21 @@ pub(crate) async fn redis(url: &str, error: &str) -> OpError {
         }
     }
     OpError::Store(format!("{shown}: {error}"))
+}
+
+/// When what answers at a PostgreSQL store's address is not PostgreSQL,
+/// the error saying so (for a listing that is slow to answer: a server
+/// of another protocol leaves it waiting for its response timeout).
+pub(crate) async fn not_postgres(url: &str) -> Option<OpError> {
+    let addr = address(url, 5432)?;
+    match identify(&addr, true).await? {
+        peer @ (Peer::Redis | Peer::Http) => Some(OpError::Store(format!(
+            "{}: not a PostgreSQL server at {addr}: {} (a wrong port?)",
+            redact(url),
+            peer.words()
+        ))),
+        _ => None,
+    }
 }
 
 /// PostgreSQL's `SSLRequest`: length 8, code 80877103.
@@ -152,7 +191,7 @@ pub(crate) async fn postgres(url: &str, error: &str) -> OpError {
     .any(|sign| error.contains(sign));
     if confused {
         if let Some(addr) = address(url, 5432) {
-            if let Some(peer) = probe(&addr, &SSL_REQUEST, true).await {
+            if let Some(peer) = identify(&addr, true).await {
                 if peer != Peer::Postgres {
                     return OpError::Store(format!(
                         "{shown}: not a PostgreSQL server at {addr}: {} (a wrong port?)",
@@ -198,5 +237,6 @@ mod tests {
         assert_eq!(Peer::of(b"N", false), Peer::Other);
         assert_eq!(Peer::of(b"E\0\0\0\x50SFATAL", false), Peer::Postgres);
         assert_eq!(Peer::of(b"", true), Peer::Closed);
+        assert_eq!(Peer::of(b"<!DOCTYPE HTML>", false), Peer::Http);
     }
 }

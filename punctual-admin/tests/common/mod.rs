@@ -274,6 +274,144 @@ where
     assert!(queue.set_default_key_limit(DEFAULT_LIMIT).await.unwrap());
 }
 
+/// Which of the health and results calls `queue`'s store does not answer
+/// yet (the Redis and PostgreSQL stores answered `Unsupported` while
+/// their scripts were being written), if any: a test that needs them
+/// says it skipped on that store and returns. Once the store answers
+/// them all, the test runs whole.
+pub async fn unsupported<Q>(queue: &Q) -> Option<String>
+where
+    Q: Durable<Item = Value>,
+    Q::Error: std::fmt::Display,
+{
+    let said = |name: &str, e: Option<Q::Error>| {
+        e.filter(|e| e.to_string().starts_with("unsupported"))
+            .map(|e| format!("{name}: {e}"))
+    };
+    let since = std::time::UNIX_EPOCH;
+    said("workers", queue.workers().await.err())
+        .or(said("latency", queue.latency().await.err()))
+        .or(said("history", queue.history(since).await.err()))
+        .or(said("result", queue.result("probe").await.err()))
+        .or(said("cancel", queue.cancel("probe").await.err()))
+        .or(said(
+            "pause_schedule",
+            queue.pause_schedule("probe").await.err(),
+        ))
+        .or(said(
+            "entries_newest",
+            queue
+                .entries_newest(punctual::durable::EntryState::Dead, None, 1)
+                .await
+                .err(),
+        ))
+}
+
+/// Skips the rest of a test (returning from it) when the store of
+/// `$queue` does not answer the health and results calls yet, saying so.
+#[macro_export]
+macro_rules! skip_unless_supported {
+    ($queue:expr, $what:expr) => {
+        if let Some(why) = common::unsupported($queue).await {
+            eprintln!("SKIPPED {}: the store does not answer {why}", $what);
+            return;
+        }
+    };
+}
+
+/// A queue with work done and under way, as a worker leaves it: its
+/// worker (`renderer`, one place) did `quick-1`..`quick-3` (each
+/// `Outcome::done_with({"pages": n})`) and now runs `slow-1` (until it is
+/// cancelled), while `waiting` is due and waits for the place. The queue
+/// should keep results.
+pub async fn seed_runs<Q>(queue: &Q) -> Worker
+where
+    Q: Durable<Item = Value>,
+    Q::Error: Debug,
+{
+    let worker = Worker::builder(queue.clone())
+        .name("renderer")
+        .concurrency(1)
+        .spawn(|job| async move {
+            if job.value()["hold"] == json!(true) {
+                let cancelled = job.cancelled();
+                tokio::select! {
+                    () = cancelled => {}
+                    () = tokio::time::sleep(Duration::from_secs(3600)) => {}
+                }
+                Outcome::Done
+            } else {
+                Outcome::done_with(&json!({"pages": job.value()["render"]}))
+            }
+        });
+    for n in 1..=3 {
+        queue
+            .insert_with_id(&format!("quick-{n}"), &json!({"render": n}), Duration::ZERO)
+            .await
+            .unwrap();
+    }
+    eventually("the quick ones are done", || async {
+        let s = queue.stats().await.unwrap();
+        s.due + s.leased + s.pending == 0
+    })
+    .await;
+    queue
+        .insert_with_id("slow-1", &json!({"hold": true}), Duration::ZERO)
+        .await
+        .unwrap();
+    eventually("slow-1 runs, its worker's record says so", || async {
+        queue.stats().await.unwrap().leased == 1
+            && queue
+                .workers()
+                .await
+                .unwrap()
+                .first()
+                .is_some_and(|w| w.running.first().is_some_and(|r| r.id == "slow-1"))
+    })
+    .await;
+    queue
+        .insert_with_id("waiting", &json!({"render": 4}), Duration::ZERO)
+        .await
+        .unwrap();
+    worker
+}
+
+/// Dead letters, each died after the one before: `dead-1`..`dead-{n}`,
+/// discarded with a reason (`dead-2`'s a long one of several lines).
+pub async fn seed_dead<Q>(queue: &Q, n: usize)
+where
+    Q: Durable<Item = Value>,
+    Q::Error: Debug,
+{
+    let worker = Worker::builder(queue.clone()).spawn(|job| async move {
+        let reason = job.value()["why"].as_str().unwrap_or("no").to_owned();
+        Outcome::discard(reason)
+    });
+    for i in 1..=n {
+        let why = if i == 2 {
+            LONG_ERROR.to_owned()
+        } else {
+            format!("bad input {i}")
+        };
+        queue
+            .insert_with_id(
+                &format!("dead-{i}"),
+                &json!({"n": i, "why": why}),
+                Duration::ZERO,
+            )
+            .await
+            .unwrap();
+        eventually("it died", || async {
+            queue.stats().await.unwrap().dead == i as u64
+        })
+        .await;
+    }
+    worker.shutdown(Duration::from_secs(5)).await;
+}
+
+/// `dead-2`'s reason: long, over several lines (a stack trace).
+pub const LONG_ERROR: &str = "Traceback (most recent call last):\n  File \"render.py\", line 12, in <module>\n    render(page)\n  File \"render.py\", line 7, in render\n    raise ValueError(\"the template refers to a field that the payload does not have: customer.address.line2\")\nValueError: the template refers to a field that the payload does not have";
+
 /// Polls `check` every 20 ms until it holds; panics after 15 s.
 pub async fn eventually<F, Fut>(what: &str, mut check: F)
 where
