@@ -69,11 +69,29 @@ struct Browser {
     profile: PathBuf,
 }
 
+/// How a browser session sees the pages.
+#[derive(Clone, Copy, Default)]
+struct Looks {
+    /// A phone: 390 by 844 CSS pixels, touch, its user agent.
+    phone: bool,
+    /// The browser's time zone (`TZ`), else the machine's.
+    zone: Option<&'static str>,
+}
+
 impl Browser {
     async fn start() -> Browser {
+        Browser::start_with(Looks::default()).await
+    }
+
+    async fn start_with(looks: Looks) -> Browser {
         let port = free_port();
+        let mut driver = Command::new(program("PUNCTUAL_CHROMEDRIVER", CHROMEDRIVER));
+        if let Some(zone) = looks.zone {
+            // Inherited by the browser it starts.
+            driver.env("TZ", zone);
+        }
         let driver = Killed(
-            Command::new(program("PUNCTUAL_CHROMEDRIVER", CHROMEDRIVER))
+            driver
                 .arg(format!("--port={port}"))
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -105,13 +123,19 @@ impl Browser {
         .map(str::to_owned)
         .chain([format!("--user-data-dir={}", profile.display())])
         .collect::<Vec<_>>();
-        let caps = json!({
+        let mut caps = json!({
             "browserName": "chrome",
             "goog:chromeOptions": {
                 "binary": program("PUNCTUAL_CHROMIUM", CHROMIUM),
                 "args": args,
             }
         });
+        if looks.phone {
+            caps["goog:chromeOptions"]["mobileEmulation"] = json!({
+                "deviceMetrics": {"width": 390, "height": 844, "pixelRatio": 3.0, "touch": true},
+                "userAgent": "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Mobile/15E148",
+            });
+        }
         let Value::Object(caps) = caps else {
             unreachable!()
         };
@@ -217,8 +241,50 @@ async fn serve_router(router: axum::Router) -> String {
         .await
         .unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    // With the peer's address, as `serve` does (the audit log says it).
+    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, service).await });
     url
+}
+
+/// Where the pages' screenshots go: `PUNCTUAL_SCREENSHOTS`, else
+/// `target/screenshots/` (a CI artifact).
+fn screenshots() -> PathBuf {
+    let dir = std::env::var_os("PUNCTUAL_SCREENSHOTS").map_or_else(
+        || {
+            Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .parent()
+                .expect("target/tmp is in target/")
+                .join("screenshots")
+        },
+        PathBuf::from,
+    );
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Saves a screenshot of the page `c` shows as `name.png`, all of it
+/// (a desktop window grows to the page's height for it).
+async fn screenshot(c: &Client, name: &str) {
+    let size = c
+        .execute(
+            "return [window.innerWidth, document.documentElement.scrollHeight]",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let (width, height) = (size[0].as_u64().unwrap(), size[1].as_u64().unwrap());
+    let desktop = width > 600;
+    if desktop {
+        let tall = u32::try_from(height.clamp(1000, 6000)).unwrap();
+        c.set_window_size(1360, tall + 100).await.unwrap();
+    }
+    let png = c.screenshot().await.unwrap();
+    if desktop {
+        c.set_window_size(1360, 1000).await.unwrap();
+    }
+    let path = screenshots().join(format!("{name}.png"));
+    std::fs::write(&path, png).unwrap();
 }
 
 async fn text(c: &Client, css: &str) -> String {
@@ -761,4 +827,514 @@ async fn a_person_sets_and_removes_key_limits_on_redis_and_postgres() {
         .await;
     browser.close().await;
     drop((held_r, held_p));
+}
+
+/// The ids of the entries on the page, in order.
+async fn ids_in_order(c: &Client) -> Vec<String> {
+    ids(c).await
+}
+
+/// Health at a glance and the runs, by hand, on memory queues: the
+/// overview's marks, a queue's health and activity, the Running page and
+/// its Cancel (the store's entry gone, its result Cancelled), the Workers
+/// page, a schedule paused and resumed, a result, dead letters newest
+/// first both ways, a long error opened, a bulk delete confirmed, a
+/// requeue with a delay, the audit log; times in the viewer's zone (UTC on
+/// hover). A screenshot of each page goes to `target/screenshots/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_watches_health_and_acts_on_runs_and_dead_letters() {
+    let renders: MemoryQueue<Value> = MemoryQueue::builder("renders")
+        .keep_results(Duration::from_secs(3600))
+        .lease(Duration::from_secs(3))
+        .build();
+    let stuck: MemoryQueue<Value> = MemoryQueue::new("stuck");
+    stuck
+        .insert_many(&[(json!(1), Duration::ZERO), (json!(2), Duration::ZERO)])
+        .await
+        .unwrap();
+    let mail: MemoryQueue<Value> = MemoryQueue::builder("mail").max_attempts(1).build();
+    common::seed_dead(&mail, 7).await;
+    let worker = common::seed_runs(&renders).await;
+    renders
+        .schedule_every(
+            "nightly",
+            Duration::from_secs(3600),
+            punctual::MissedTicks::Skip,
+            &json!("n"),
+        )
+        .await
+        .unwrap();
+    let base = serve_router(
+        Dashboard::builder()
+            .memory(renders.clone())
+            .memory(stuck.clone())
+            .memory(mail.clone())
+            .refresh_every(Duration::ZERO)
+            .router(),
+    )
+    .await;
+    let browser = Browser::start_with(Looks {
+        phone: false,
+        zone: Some("Asia/Kolkata"),
+    })
+    .await;
+    let (r, m) = (renders.clone(), mail.clone());
+    let started = tokio::time::Instant::now();
+    browser
+        .run("health", move |c| async move {
+            // The overview: stuck is red, renders green, with its workers.
+            c.goto(&format!("{base}/")).await.unwrap();
+            let mark = |q: &str| format!(r#"tr[data-queue="{q}"] .health"#);
+            let attr = |css: String| {
+                let c = c.clone();
+                async move {
+                    element(&c, &css)
+                        .await
+                        .attr("data-health")
+                        .await
+                        .unwrap()
+                        .unwrap()
+                }
+            };
+            assert_eq!(attr(mark("stuck")).await, "red");
+            assert_eq!(attr(mark("renders")).await, "green");
+            assert_eq!(text(&c, r#"tr[data-queue="renders"] td.wk"#).await, "1");
+            assert!(
+                element(&c, &mark("stuck"))
+                    .await
+                    .attr("title")
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .contains("no worker alive")
+            );
+            screenshot(&c, "overview").await;
+
+            // Times: <time> in UTC, shown in the viewer's zone.
+            let times = c.find_all(Locator::Css("time[datetime]")).await.unwrap();
+            assert!(!times.is_empty());
+            for t in &times {
+                let datetime = t.attr("datetime").await.unwrap().unwrap();
+                let title = t.attr("title").await.unwrap().unwrap();
+                assert!(
+                    datetime.ends_with('Z') && title.ends_with(" UTC"),
+                    "{datetime} {title}"
+                );
+                assert!(
+                    t.attr("data-local").await.unwrap().is_some(),
+                    "rewritten: {title}"
+                );
+                let shown = t.text().await.unwrap();
+                assert_ne!(shown, title, "Asia/Kolkata is not UTC");
+                assert!(
+                    shown.contains("GMT+5:30") || shown.contains("IST") || shown.contains("+05:30"),
+                    "{shown}"
+                );
+            }
+
+            // A queue: its health, its activity per minute from the store.
+            click(&c, r#"tr[data-queue="renders"] a.qname"#).await;
+            assert_eq!(
+                element(&c, "h1 .health")
+                    .await
+                    .attr("data-health")
+                    .await
+                    .unwrap()
+                    .unwrap(),
+                "green"
+            );
+            let inserted: u64 = element(&c, "figure.throughput")
+                .await
+                .attr("data-inserted")
+                .await
+                .unwrap()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(
+                inserted >= 5,
+                "five inserts, and the schedule's tick: {inserted}"
+            );
+            screenshot(&c, "queue").await;
+
+            // A schedule paused and resumed.
+            click(
+                &c,
+                r#"tr[data-schedule="nightly"] button[data-action="pause-schedule"]"#,
+            )
+            .await;
+            assert!(text(&c, ".flash").await.contains("Paused schedule nightly"));
+            assert!(r.schedules().await.unwrap()[0].paused);
+            assert_eq!(
+                text(&c, r#"tr[data-schedule="nightly"] .pill.paused"#).await,
+                "paused"
+            );
+            click(
+                &c,
+                r#"tr[data-schedule="nightly"] button[data-action="resume-schedule"]"#,
+            )
+            .await;
+            assert!(!r.schedules().await.unwrap()[0].paused);
+
+            // The Workers page.
+            click(&c, r#"nav.qnav a[data-nav="workers"]"#).await;
+            let row = element(&c, "tr[data-worker]").await.text().await.unwrap();
+            assert!(
+                row.contains("renderer") && row.contains(&std::process::id().to_string()),
+                "{row}"
+            );
+            screenshot(&c, "workers").await;
+
+            // The Running page: slow-1, its worker, and Cancel (the box
+            // first).
+            click(&c, r#"nav.qnav a[data-nav="running"]"#).await;
+            let row = r#"tr[data-run="slow-1"]"#;
+            assert!(text(&c, row).await.contains("renderer"));
+            screenshot(&c, "running").await;
+            let page = c.find(Locator::Css("html")).await.unwrap();
+            tick(&c, &format!(r#"{row} button[data-action="cancel"]"#)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(page.tag_name().await.is_ok(), "not sent unticked");
+            assert!(r.entry("slow-1").await.unwrap().is_some());
+            tick(&c, &format!(r#"{row} input[data-confirm="cancel"]"#)).await;
+            click(&c, &format!(r#"{row} button[data-action="cancel"]"#)).await;
+            assert!(text(&c, ".flash").await.contains("Cancelled slow-1"));
+            common::eventually("slow-1 is gone", || async {
+                r.entry("slow-1").await.unwrap().is_none()
+            })
+            .await;
+            assert_eq!(
+                r.result("slow-1").await.unwrap().map(|x| x.state),
+                Some(punctual::durable::Finished::Cancelled)
+            );
+
+            // A finished entry's result.
+            c.goto(&format!("{base}/queues/renders/entries/quick-2"))
+                .await
+                .unwrap();
+            assert_eq!(text(&c, r#"[data-field="outcome"]"#).await, "done");
+            assert!(
+                text(&c, r#"pre[data-field="output"]"#)
+                    .await
+                    .contains("\"pages\": 2")
+            );
+            screenshot(&c, "entry-result").await;
+
+            // Dead letters: newest first, three a page, older and newer.
+            let mut newest: Vec<String> = m
+                .entries(EntryState::Dead, None, 10)
+                .await
+                .unwrap()
+                .entries
+                .into_iter()
+                .map(|e| e.id)
+                .collect();
+            newest.reverse();
+            c.goto(&format!("{base}/queues/mail/entries?state=dead&limit=3"))
+                .await
+                .unwrap();
+            assert_eq!(ids_in_order(&c).await, newest[..3]);
+            click(&c, r#"a[data-page="next"]"#).await;
+            assert_eq!(ids_in_order(&c).await, newest[3..6]);
+            click(&c, r#"a[data-page="prev"]"#).await;
+            assert_eq!(ids_in_order(&c).await, newest[..3]);
+            c.goto(&format!("{base}/queues/mail/entries?state=dead"))
+                .await
+                .unwrap();
+            // A long error: one line until clicked.
+            let details = r#"tr[data-entry="dead-2"] details.clamp"#;
+            assert!(
+                element(&c, details)
+                    .await
+                    .attr("open")
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+            tick(&c, &format!("{details} summary")).await;
+            assert!(
+                element(&c, details)
+                    .await
+                    .attr("open")
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
+            assert!(
+                text(&c, &format!("{details} pre"))
+                    .await
+                    .contains("Traceback")
+            );
+            screenshot(&c, "dead-letters").await;
+
+            // Bulk: two ticked, confirmed, deleted; each answered.
+            tick(&c, r#"tr[data-entry="dead-5"] input[name="ids"]"#).await;
+            tick(&c, r#"tr[data-entry="dead-6"] input[name="ids"]"#).await;
+            let page = c.find(Locator::Css("html")).await.unwrap();
+            tick(&c, r#"button[data-action="bulk-delete"]"#).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(page.tag_name().await.is_ok(), "not sent unconfirmed");
+            tick(&c, r#"input[data-confirm="bulk"]"#).await;
+            click(&c, r#"button[data-action="bulk-delete"]"#).await;
+            assert_eq!(
+                c.find_all(Locator::Css(r#"tr[data-changed="true"]"#))
+                    .await
+                    .unwrap()
+                    .len(),
+                2
+            );
+            screenshot(&c, "bulk").await;
+            assert!(
+                m.entry("dead-5").await.unwrap().is_none()
+                    && m.entry("dead-6").await.unwrap().is_none()
+            );
+            assert!(m.entry("dead-7").await.unwrap().is_some());
+
+            // Requeue with a delay, from the entry page.
+            c.goto(&format!("{base}/queues/mail/entries/dead-4"))
+                .await
+                .unwrap();
+            let now = m.now().await.unwrap();
+            element(&c, r#"input[name="delay"]"#)
+                .await
+                .send_keys("10m")
+                .await
+                .unwrap();
+            click(&c, r#"button[data-action="requeue"]"#).await;
+            assert!(text(&c, ".flash").await.contains("due in 10m"));
+            let e = m.entry("dead-4").await.unwrap().unwrap();
+            assert_eq!(e.state, EntryState::Pending);
+            assert!(e.due.duration_since(now).unwrap() >= Duration::from_secs(595));
+
+            // The audit log: each of those writes, from this browser's
+            // address, without a token (the dashboard has none).
+            click(&c, r#"footer a[data-nav="audit"]"#).await;
+            let rows = c.find_all(Locator::Css("tr[data-audit]")).await.unwrap();
+            let mut actions = Vec::new();
+            for row in &rows {
+                actions.push(
+                    row.find(Locator::Css(r#"[data-field="action"] strong"#))
+                        .await
+                        .unwrap()
+                        .text()
+                        .await
+                        .unwrap(),
+                );
+            }
+            assert_eq!(
+                actions,
+                [
+                    "requeue",
+                    "bulk-delete",
+                    "cancel",
+                    "resume-schedule",
+                    "pause-schedule"
+                ]
+            );
+            let from = text(&c, r#"tr[data-audit] [data-field="from"]"#).await;
+            assert!(
+                from.contains("page") && from.contains("127.0.0.1:"),
+                "{from}"
+            );
+            assert_eq!(
+                text(&c, r#"tr[data-audit] [data-field="token"]"#).await,
+                "no"
+            );
+            screenshot(&c, "audit").await;
+        })
+        .await;
+    browser.close().await;
+    worker.shutdown(Duration::from_secs(1)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// On a phone (390 by 844): no page scrolls sideways, and every count of
+/// the overview is in view. A screenshot of each page, as a phone shows
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pages_fit_a_phone() {
+    let mut queues = Vec::new();
+    for (name, n) in [
+        ("orders", 1234_u64),
+        ("notifications-with-a-long-name-for-a-queue", 98_765),
+    ] {
+        let q: MemoryQueue<Value> = MemoryQueue::builder(name).max_attempts(1).build();
+        let entries: Vec<(Value, Duration)> = (0..n)
+            .map(|i| (json!({"n": i}), Duration::from_secs(60 + i % 3600)))
+            .collect();
+        for chunk in entries.chunks(5000) {
+            q.insert_many(chunk).await.unwrap();
+        }
+        q.insert_many(&[(json!("now"), Duration::ZERO)])
+            .await
+            .unwrap();
+        queues.push(q);
+    }
+    let mail: MemoryQueue<Value> = MemoryQueue::builder("mail").max_attempts(1).build();
+    common::seed_dead(&mail, 3).await;
+    queues.push(mail);
+    let mut builder = Dashboard::builder();
+    for q in &queues {
+        builder = builder.memory(q.clone());
+    }
+    let base = serve_router(builder.router()).await;
+    let browser = Browser::start_with(Looks {
+        phone: true,
+        zone: None,
+    })
+    .await;
+    browser
+        .run("phone", move |c| async move {
+            let fits = |page: &'static str| {
+                let c = c.clone();
+                async move {
+                    let widths = c
+                        .execute(
+                            "return [document.scrollingElement.scrollWidth, window.innerWidth]",
+                            vec![],
+                        )
+                        .await
+                        .unwrap();
+                    let (scroll, inner) = (widths[0].as_f64().unwrap(), widths[1].as_f64().unwrap());
+                    assert_eq!(inner, 390.0, "a phone's width");
+                    assert!(scroll <= inner, "{page}: scrolls sideways ({scroll} > {inner})");
+                }
+            };
+            c.goto(&format!("{base}/")).await.unwrap();
+            fits("the overview").await;
+            let boxes = c
+                .execute(
+                    "return Array.from(document.querySelectorAll('table.queues td.count .n')).map(e => { \
+                       const r = e.getBoundingClientRect(); \
+                       return [e.textContent, r.left, r.right, r.top, r.bottom, r.width]; })",
+                    vec![],
+                )
+                .await
+                .unwrap();
+            let boxes = boxes.as_array().unwrap();
+            assert_eq!(boxes.len(), 4 * 4, "every count of three queues and the totals");
+            for b in boxes {
+                let (left, right, width) = (b[1].as_f64().unwrap(), b[2].as_f64().unwrap(), b[5].as_f64().unwrap());
+                assert!(width > 0.0 && left >= 0.0 && right <= 390.0, "out of view: {b}");
+            }
+            assert!(boxes.iter().any(|b| b[0] == "98,765"), "{boxes:?}");
+            screenshot(&c, "phone-overview").await;
+            for (name, path) in [
+                ("phone-queue", "/queues/orders"),
+                ("phone-entries", "/queues/orders/entries?state=pending"),
+                ("phone-dead-letters", "/queues/mail/entries?state=dead"),
+                ("phone-entry", "/queues/mail/entries/dead-2"),
+                ("phone-running", "/queues/orders/running"),
+                ("phone-workers", "/queues/orders/workers"),
+                ("phone-audit", "/audit"),
+            ] {
+                c.goto(&format!("{base}{path}")).await.unwrap();
+                text(&c, "main h1").await;
+                fits(name).await;
+                screenshot(&c, name).await;
+            }
+        })
+        .await;
+    browser.close().await;
+}
+
+/// Stopping a run by hand on Redis and PostgreSQL, through `punctual-admin
+/// serve` (once those stores answer the health calls).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_cancels_a_run_on_redis_and_postgres() {
+    let redis = RedisServer::start_in_memory();
+    let db = PgDb::new();
+    let r: punctual::redis::RedisQueue<Value> = punctual::redis::RedisQueue::builder("renders")
+        .url(&redis.url())
+        .keep_results(Duration::from_secs(3600))
+        .lease(Duration::from_secs(3))
+        .build()
+        .await
+        .unwrap();
+    let p: punctual::postgres::PgQueue<Value> = punctual::postgres::PgQueue::builder("renders")
+        .url(&db.url())
+        .schema("browser_runs")
+        .keep_results(Duration::from_secs(3600))
+        .lease(Duration::from_secs(3))
+        .build()
+        .await
+        .unwrap();
+    let mut stores = Vec::new();
+    let mut workers = Vec::new();
+    if let Some(why) = common::unsupported(&r).await {
+        eprintln!("SKIPPED redis: the store does not answer {why}");
+    } else {
+        workers.push(common::seed_runs(&r).await);
+        stores.extend(["--redis".to_owned(), redis.url()]);
+    }
+    if let Some(why) = common::unsupported(&p).await {
+        eprintln!("SKIPPED postgres: the store does not answer {why}");
+    } else {
+        workers.push(common::seed_runs(&p).await);
+        stores.extend([
+            "--postgres".to_owned(),
+            db.url(),
+            "--schema".to_owned(),
+            "browser_runs".to_owned(),
+        ]);
+    }
+    if stores.is_empty() {
+        return;
+    }
+    let kinds: Vec<&str> = stores
+        .iter()
+        .filter_map(|s| s.strip_prefix("--"))
+        .filter(|k| *k != "schema")
+        .map(|k| if k == "redis" { "redis" } else { "postgres" })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .collect();
+    let (_server, base) = serve(&stores, &[]);
+    let browser = Browser::start().await;
+    let (r2, p2) = (r.clone(), p.clone());
+    let kinds: Vec<String> = kinds.into_iter().map(str::to_owned).collect();
+    browser
+        .run("runs-stores", move |c| async move {
+            for kind in &kinds {
+                let q = if kinds.len() > 1 {
+                    format!("{kind}:renders")
+                } else {
+                    "renders".to_owned()
+                };
+                c.goto(&format!("{base}/queues/{q}/running")).await.unwrap();
+                let row = r#"tr[data-run="slow-1"]"#;
+                assert!(text(&c, row).await.contains("renderer"));
+                tick(&c, &format!(r#"{row} input[data-confirm="cancel"]"#)).await;
+                click(&c, &format!(r#"{row} button[data-action="cancel"]"#)).await;
+                assert!(text(&c, ".flash").await.contains("Cancelled slow-1"));
+                let result = if kind == "redis" {
+                    common::eventually("gone", || async {
+                        r2.entry("slow-1").await.unwrap().is_none()
+                    })
+                    .await;
+                    r2.result("slow-1").await.unwrap()
+                } else {
+                    common::eventually("gone", || async {
+                        p2.entry("slow-1").await.unwrap().is_none()
+                    })
+                    .await;
+                    p2.result("slow-1").await.unwrap()
+                };
+                assert_eq!(
+                    result.map(|x| x.state),
+                    Some(punctual::durable::Finished::Cancelled)
+                );
+                c.goto(&format!("{base}/queues/{q}/workers")).await.unwrap();
+                assert!(text(&c, "tr[data-worker]").await.contains("renderer"));
+            }
+        })
+        .await;
+    browser.close().await;
+    for w in workers {
+        w.shutdown(Duration::from_secs(1)).await;
+    }
 }

@@ -254,7 +254,7 @@ fn flow(m: &Minute, i: usize) -> u64 {
 /// and sent to the dead letters, each a line. Read from the store's
 /// history, so it reads the same after the dashboard restarts.
 pub(crate) fn throughput(minutes: &[Minute], span: Span, now: SystemTime) -> Markup {
-    let (w, h, left, bottom) = (720.0, 150.0, 40.0, 20.0);
+    let (w, h, left, bottom) = (1100.0, 170.0, 40.0, 20.0);
     let plot_w = w - left - 4.0;
     let plot_h = h - bottom - 6.0;
     let (buckets, size) = match span {
@@ -339,7 +339,7 @@ pub(crate) fn latency(
     threshold: Duration,
     now: SystemTime,
 ) -> Markup {
-    let (w, h) = (720.0, 64.0);
+    let (w, h) = (720.0, 48.0);
     let (Some(first), Some(last)) = (points.first(), points.last()) else {
         return html! {};
     };

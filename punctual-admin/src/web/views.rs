@@ -493,7 +493,9 @@ pub(crate) fn queue(ctx: &Ctx, v: &QueueView) -> Markup {
                             dl.fields {
                                 dt { "Mark" } dd { (health_mark(verdict.as_ref())) }
                                 @if let Some(Ok(verdict)) = &verdict {
-                                    @for reason in &verdict.reasons { dt {} dd.reason { (reason) } }
+                                    @for reason in &verdict.reasons {
+                                        dt {} dd.reason.(format!("h-{}", verdict.mark.as_str())) { (reason) }
+                                    }
                                 }
                                 dt { "Latency" } dd data-field="latency" {
                                     (latency_text(h.latency))
