@@ -250,32 +250,41 @@ BEGIN
     RETURN false;
 END $$;
 
--- A place of key `p_key` freed: `p_freed` of its entries that held one
--- (leased, lease not run out) finished (acked, retried, dead, given back,
--- removed); the entry `p_except` is not one that waits. Tells waiting
--- consumers to look again when the key has a concurrency, was at it before
--- (so a claim may have left its entries waiting) and has entries that no
--- lease holds. (Entries of a key below its concurrency were never held up
--- by it; an entry held up by a rate waits for a time the claim reported.)
--- Counts under no lock: a finish beside this one still looks held, which
--- can only announce once more.
-CREATE OR REPLACE FUNCTION __SCHEMA__.freed(p_queue text, p_channel text, p_key text,
-    p_freed integer, p_except text, p_now bigint) RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-    v_most bigint := nullif(split_part(__SCHEMA__.limit_of(p_queue, p_key), ',', 1), '')::bigint;
-    v_held bigint;
+-- Places of keys freed: for each key `p_keys[i]`, `p_counts[i]` of its
+-- entries that held one (leased, lease not run out) finished (acked,
+-- retried, dead, given back, removed); the entry `p_except` is not one that
+-- waits. Tells waiting consumers to look again when such a key has a
+-- concurrency, was at it before (so a claim may have left its entries
+-- waiting) and has entries that no lease holds. (Entries of a key below its
+-- concurrency were never held up by it; an entry held up by a rate waits
+-- for a time the claim reported.) A queue without key limits reads no
+-- more than that. Counts under no lock: a finish beside this one still
+-- looks held, which can only announce once more. (Planned once per
+-- session, generic: planning its statement anew at each call cost a
+-- finish more than running it.)
+CREATE OR REPLACE FUNCTION __SCHEMA__.freed(p_queue text, p_channel text, p_keys text[],
+    p_counts integer[], p_except text, p_now bigint) RETURNS void
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
-    IF v_most IS NULL THEN
-        RETURN;
-    END IF;
-    SELECT count(*) INTO v_held FROM __SCHEMA__.entries d
-    WHERE d.queue = p_queue AND d.key = p_key AND d.token IS NOT NULL AND d.run_at > p_now;
-    IF v_held < v_most AND v_held + p_freed >= v_most AND EXISTS (
-        SELECT 1 FROM __SCHEMA__.entries d
-        WHERE d.queue = p_queue AND d.key = p_key AND d.run_at IS NOT NULL
-          AND (d.token IS NULL OR d.run_at <= p_now) AND d.id <> coalesce(p_except, '')) THEN
-        PERFORM pg_notify(p_channel, p_now::text);
-    END IF;
+    PERFORM pg_notify(p_channel, p_now::text) FROM (
+        SELECT 1 FROM unnest(p_keys, p_counts) AS f(key, n)
+        CROSS JOIN LATERAL (
+            SELECT nullif(split_part(coalesce(
+                (SELECT l.lim FROM __SCHEMA__.key_limits l
+                 WHERE l.queue = p_queue AND l.key = f.key),
+                (SELECT l.lim FROM __SCHEMA__.key_limits l
+                 WHERE l.queue = p_queue AND l.key = '*')), ',', 1), '')::bigint AS most) AS m
+        WHERE EXISTS (SELECT 1 FROM __SCHEMA__.key_limits l WHERE l.queue = p_queue)
+          AND m.most IS NOT NULL
+          -- Held now below the concurrency, and at it with those freed.
+          AND (SELECT count(*) FROM __SCHEMA__.entries d
+               WHERE d.queue = p_queue AND d.key = f.key AND d.token IS NOT NULL
+                 AND d.run_at > p_now) BETWEEN m.most - f.n AND m.most - 1
+          AND EXISTS (SELECT 1 FROM __SCHEMA__.entries d
+                      WHERE d.queue = p_queue AND d.key = f.key AND d.run_at IS NOT NULL
+                        AND (d.token IS NULL OR d.run_at <= p_now)
+                        AND d.id <> coalesce(p_except, ''))
+        LIMIT 1) AS x;
 END $$;
 
 -- Tells waiting consumers (LISTEN on `p_channel`) that an entry is due at
@@ -560,7 +569,7 @@ BEGIN
         PERFORM __SCHEMA__.keep_taken(p_queue, ARRAY[p_id], ARRAY[v_unique], v_now);
     END IF;
     IF v_held AND v_key IS NOT NULL THEN
-        PERFORM __SCHEMA__.freed(p_queue, p_channel, v_key, 1, NULL, v_now);
+        PERFORM __SCHEMA__.freed(p_queue, p_channel, ARRAY[v_key], ARRAY[1], NULL, v_now);
     END IF;
     RETURN true;
 END $$;
@@ -878,7 +887,7 @@ BEGIN
         END IF;
         PERFORM __SCHEMA__.announce(p_channel, v_next, v_old_head);
         IF e.key IS NOT NULL AND e.run_at > p_now THEN
-            PERFORM __SCHEMA__.freed(p_queue, p_channel, e.key, 1, p_id, p_now);
+            PERFORM __SCHEMA__.freed(p_queue, p_channel, ARRAY[e.key], ARRAY[1], p_id, p_now);
         END IF;
         RETURN;
     END IF;
@@ -908,7 +917,7 @@ BEGIN
         END IF;
     END IF;
     IF e.key IS NOT NULL AND e.run_at > p_now THEN
-        PERFORM __SCHEMA__.freed(p_queue, p_channel, e.key, 1, p_id, p_now);
+        PERFORM __SCHEMA__.freed(p_queue, p_channel, ARRAY[e.key], ARRAY[1], p_id, p_now);
     END IF;
     rec := NULL;
 END $$;
@@ -956,8 +965,9 @@ BEGIN
         PERFORM __SCHEMA__.keep_taken(p_queue, v_unique_ids, v_unique_ms, p_now);
     END IF;
     IF v_keys IS NOT NULL THEN
-        PERFORM __SCHEMA__.freed(p_queue, p_channel, k.key, k.n::integer, NULL, p_now)
-        FROM (SELECT x AS key, count(*) AS n FROM unnest(v_keys) x GROUP BY x ORDER BY x) k;
+        PERFORM __SCHEMA__.freed(p_queue, p_channel, array_agg(k.key), array_agg(k.n::integer),
+            NULL, p_now)
+        FROM (SELECT x AS key, count(*) AS n FROM unnest(v_keys) AS x GROUP BY x) AS k;
     END IF;
     IF cardinality(v_acked) = v_n THEN
         results := array_fill(1, ARRAY[v_n]);
@@ -1002,50 +1012,62 @@ END $$;
 -- seq) order of those entries. A key its limit refuses is skipped for the
 -- rest of the claim: it never holds up the others.
 --
--- Round 1 without scanning a backlog: the claim reads a *window*, the
--- first 2 * p_max + 16 due entries of the level (entries_level, and
--- entries_plain at level 0), whose first entry of each key is round 1's
--- order as far as the window goes. Only when that is not enough (a few
--- keys with long backlogs fill the window) does it look beyond: the keys
+-- Without scanning a backlog: the claim reads a *window*, the first
+-- 2 * p_max + 16 due entries of the level (entries_level, and entries_plain
+-- at level 0). When the window holds every due entry of the level, the
+-- claim order is the window's, by (round, due time, seq), a round being an
+-- entry's rank among its key's entries. When it does not, only its first
+-- entry of each key is known to be in order (a key whose first due entry
+-- lies beyond the window comes before any key's second); if those do not
+-- fill the claim, it looks beyond the window a round at a time: the keys
 -- of the queue by a loose index scan of entries_keys (one probe per key,
--- never per entry), each key's first due entry at the level, and the keyless
--- entries after the window. Later rounds probe entries_keys once per key
+-- never per entry), each key's first due entry at the level and the keyless
+-- entries after the window, then for each later round one probe per key
 -- that gave. So one key's 10,000 due entries cost a claim a window and a
 -- probe, not 10,000 rows.
 --
 -- Admission: a key's own limit, else the default's ('*'); a keyless entry
--- is never limited, nor a key without a limit. A limited key is admitted
--- while (its entries leased now, lease not run out) + (taken in this claim)
--- < concurrency, and (its deliveries begun within (now - per, now]) +
--- (taken) < rate max; a bound of 0 holds the key's entries. It is counted
--- once without a lock (a key already full is skipped without one), then
--- under pg_try_advisory_xact_lock(hashtext('<schema> key'), hashtext(queue
--- || '/' || key)), held to the commit, and counted again: every claim that
--- takes entries of the key holds that lock, and each statement here reads
--- a fresh snapshot, so the second count sees every lease of the key that
--- an earlier claim committed, and no claim beside this one can lease an
--- entry of the key before this one commits (it fails to take the lock and
--- skips the key: claims never wait on each other). Finishes (acks,
--- retries) of other transactions only lower the counts, so a count read
--- before they commit errs on the safe side. A lease extended after it ran
--- out holds its place again, as on the other stores. Starts of keys with a
--- rate are recorded in key_starts at the end, under the same locks. A
--- claim holds one advisory lock per limited key it takes entries of (and
--- per key whose count changed between the two readings): at most p_max.
+-- is never limited, nor a key without a limit (a queue without any limit
+-- reads none). A limited key is admitted while (its entries leased now,
+-- lease not run out) + (taken by this claim) < concurrency, and (its
+-- deliveries begun within (now - per, now]) + (taken) < rate max; a bound
+-- of 0 holds the key's entries. A key is counted once without a lock (one
+-- already full is skipped without one), then locked with
+-- pg_try_advisory_xact_lock(hashtext('<schema> key'), hashtext(queue ||
+-- '/' || key)), held to the commit, and counted again in a later statement:
+-- every claim that takes entries of the key holds that lock, and each
+-- statement reads a fresh snapshot, so the second count sees every lease
+-- of the key that an earlier claim committed, and no claim beside this one
+-- leases an entry of the key before this one commits (it fails to take the
+-- lock and skips the key: claims never wait on each other). Finishes
+-- (acks, retries) of other transactions only lower the counts, so a count
+-- read before they commit errs on the safe side. A lease extended after it
+-- ran out holds its place again, as on the other stores. Starts of keys
+-- with a rate are recorded in key_starts at the end, under the same locks.
+-- A claim locks only the keys it would take entries of next: at most
+-- p_max of them.
 --
--- Rows are locked with FOR UPDATE SKIP LOCKED (a key's entry locked by
--- another transaction: its next due entry). `head`: now when it took
--- p_max (more may be due); else the earliest of the first entry not yet
--- due (due times and lease ends) and the time the rate window of each key
--- it refused for its rate opens. `locked`: a row or a key was skipped,
--- held by another transaction, which may end without a notification.
+-- Set-based where it can be: the window's candidates are chosen in claim
+-- order in memory, the keys they need counted and locked in one statement
+-- each, their rows locked in one statement (FOR UPDATE SKIP LOCKED: a row
+-- another transaction holds is left, and the next candidates are chosen in
+-- its place) and leased in one. Beyond a truncated window, a candidate at a
+-- time (one statement or two each).
+--
+-- `head`: now when it took p_max (more may be due); else the earliest of
+-- the first entry not yet due (due times and lease ends) and the time the
+-- rate window of each key it refused for its rate opens. `locked`: a row
+-- or a key was skipped, held by another transaction, which may end without
+-- a notification. (Its statements are planned once per session, generic:
+-- their parameters never change what plan is best, and planning each call
+-- anew cost a fair claim more than running it.)
 CREATE OR REPLACE FUNCTION __SCHEMA__.claim_fair(p_queue text, p_max integer, p_lease bigint,
     p_limit integer, p_token text, p_channel text, p_now bigint,
     OUT head bigint, OUT more boolean, OUT locked boolean,
     OUT ids text[], OUT vals text[], OUT attempts integer[], OUT deadlines bigint[],
     OUT lease_ends bigint[], OUT schedule_recs text[], OUT whys text[],
     OUT keys text[], OUT priorities smallint[])
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_lease_end bigint := p_now + p_lease;
     v_window integer := 2 * p_max + 16;
@@ -1053,7 +1075,15 @@ DECLARE
     v_full boolean := false;
     v_bytes bigint := 0;
     v_max_bytes constant bigint := 16 * 1024 * 1024;
+    v_limits boolean;
+    v_all_limits boolean;
+    v_lim_keys text[];
+    v_lim_texts text[];
     v_plain boolean;
+    v_top smallint;
+    v_top_due boolean;
+    v_due boolean;
+    v_valid boolean;
     v_prev integer := 32768;
     v_bound integer;
     v_level smallint;
@@ -1062,7 +1092,7 @@ DECLARE
     -- unlimited, 'c' to count, 'a' admitted: its lock held, 'r' refused,
     -- 'l' skipped: another claim holds its lock); concurrency, rate max
     -- and per (NULL: none); leased and begun when counted under the lock;
-    -- taken and started by this claim.
+    -- taken and started by this claim; chosen in the choice under way.
     k_names text[] := '{}';
     k_state text[] := '{}';
     k_most bigint[] := '{}';
@@ -1072,12 +1102,31 @@ DECLARE
     k_begun bigint[] := '{}';
     k_taken integer[] := '{}';
     k_started integer[] := '{}';
-    -- The candidates of the round under way, in order.
+    k_chosen integer[] := '{}';
+    -- The candidates, in claim order, and which of them are out (taken,
+    -- or held by another transaction).
     c_ids text[];
     c_keys text[];
     c_runs bigint[];
     c_seqs bigint[];
-    -- The keys that gave an entry in it, with that entry's place.
+    c_out boolean[];
+    c_lims text[];
+    c_bytes bigint[];
+    c_bury boolean[];
+    v_chosen_bytes bigint;
+    v_capped boolean := false;
+    v_lbytes bigint;
+    v_n integer;
+    l_vals text[];
+    l_keys text[];
+    l_prios smallint[];
+    l_seqs bigint[];
+    l_os bigint[];
+    -- What a choice picked (indexes into c_*), and the keys it must count.
+    v_pick integer[];
+    v_count text[];
+    v_locked text[];
+    -- The keys that gave an entry in the round under way, with that entry.
     g_keys text[];
     g_runs bigint[];
     g_seqs bigint[];
@@ -1097,16 +1146,44 @@ DECLARE
     v_state text;
     v_next bigint;
     v_open bigint;
+    v_got integer;
+    v_c integer;
+    l_ids text[];
+    l_attempts integer[];
+    l_deadlines bigint[];
     e __SCHEMA__.entries;
+    r record;
 BEGIN
     more := false;
     locked := false;
     ids := '{}'; vals := '{}'; attempts := '{}'; deadlines := '{}'; lease_ends := '{}';
     schedule_recs := '{}'; whys := '{}'; keys := '{}'; priorities := '{}';
-    v_plain := coalesce((SELECT d.run_at FROM __SCHEMA__.entries d
-                         WHERE d.queue = p_queue AND d.run_at IS NOT NULL AND d.key IS NULL
-                           AND d.priority = 0
-                         ORDER BY d.run_at, d.seq LIMIT 1) <= p_now, false);
+    -- The queue's limits, all of them when there are few (else each key's
+    -- is read with the window), and whether plain entries are due.
+    -- And the highest level of special entries, and whether it has due
+    -- ones: one statement for what most claims need before the window.
+    SELECT lim.n > 0, lim.n <= 256, lim.keys, lim.lims,
+           coalesce((SELECT d.run_at FROM __SCHEMA__.entries d
+                     WHERE d.queue = p_queue AND d.run_at IS NOT NULL AND d.key IS NULL
+                       AND d.priority = 0
+                     ORDER BY d.run_at, d.seq LIMIT 1) <= p_now, false),
+           top.p,
+           coalesce((SELECT d.run_at FROM __SCHEMA__.entries d
+                     WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                       AND (d.key IS NOT NULL OR d.priority <> 0) AND d.priority = top.p
+                     ORDER BY d.run_at, d.seq LIMIT 1) <= p_now, false)
+    INTO v_limits, v_all_limits, v_lim_keys, v_lim_texts, v_plain, v_top, v_top_due
+    FROM (SELECT count(*) AS n, array_agg(l.key) AS keys, array_agg(l.lim) AS lims
+          FROM (SELECT l.key, l.lim FROM __SCHEMA__.key_limits l
+                WHERE l.queue = p_queue LIMIT 257) AS l) AS lim,
+         (SELECT (SELECT d.priority FROM __SCHEMA__.entries d
+                  WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                    AND (d.key IS NOT NULL OR d.priority <> 0)
+                  ORDER BY d.priority DESC LIMIT 1) AS p) AS top;
+    IF NOT v_all_limits THEN
+        v_lim_keys := NULL;
+        v_lim_texts := NULL;
+    END IF;
     <<levels>>
     LOOP
         EXIT WHEN v_taken >= p_max OR v_full;
@@ -1114,15 +1191,24 @@ BEGIN
         v_level := NULL;
         v_bound := v_prev;
         LOOP
-            v_p := (SELECT d.priority FROM __SCHEMA__.entries d
-                    WHERE d.queue = p_queue AND d.run_at IS NOT NULL
-                      AND (d.key IS NOT NULL OR d.priority <> 0) AND d.priority < v_bound
-                    ORDER BY d.priority DESC LIMIT 1);
+            IF v_bound = 32768 THEN
+                -- The highest, read above.
+                v_p := v_top;
+                v_due := v_top_due;
+            ELSE
+                v_p := (SELECT d.priority FROM __SCHEMA__.entries d
+                        WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                          AND (d.key IS NOT NULL OR d.priority <> 0) AND d.priority < v_bound
+                        ORDER BY d.priority DESC LIMIT 1);
+                EXIT WHEN v_p IS NULL;
+                v_due := coalesce((SELECT d.run_at FROM __SCHEMA__.entries d
+                                   WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                                     AND (d.key IS NOT NULL OR d.priority <> 0)
+                                     AND d.priority = v_p
+                                   ORDER BY d.run_at, d.seq LIMIT 1) <= p_now, false);
+            END IF;
             EXIT WHEN v_p IS NULL;
-            IF (SELECT d.run_at FROM __SCHEMA__.entries d
-                WHERE d.queue = p_queue AND d.run_at IS NOT NULL
-                  AND (d.key IS NOT NULL OR d.priority <> 0) AND d.priority = v_p
-                ORDER BY d.run_at, d.seq LIMIT 1) <= p_now THEN
+            IF v_due THEN
                 v_level := v_p;
                 EXIT;
             END IF;
@@ -1133,40 +1219,405 @@ BEGIN
         END IF;
         EXIT WHEN v_level IS NULL;
         v_prev := v_level;
-        -- Round 1 as far as the window goes.
-        WITH w AS MATERIALIZED (
-            SELECT x.id, x.key, x.run_at, x.seq,
-                row_number() OVER (ORDER BY x.run_at, x.seq) AS o
-            FROM ((SELECT d.id, d.key, d.run_at, d.seq FROM __SCHEMA__.entries d
-                   WHERE d.queue = p_queue AND d.run_at IS NOT NULL
-                     AND (d.key IS NOT NULL OR d.priority <> 0) AND d.priority = v_level
-                     AND d.run_at <= p_now
-                   ORDER BY d.run_at, d.seq LIMIT v_window + 1)
-                  UNION ALL
-                  (SELECT d.id, d.key, d.run_at, d.seq FROM __SCHEMA__.entries d
-                   WHERE v_level = 0 AND d.queue = p_queue AND d.run_at IS NOT NULL
-                     AND d.key IS NULL AND d.priority = 0 AND d.run_at <= p_now
-                   ORDER BY d.run_at, d.seq LIMIT v_window + 1)
-                  ORDER BY run_at, seq LIMIT v_window + 1) AS x
-        ), f AS (
-            SELECT w.*, row_number() OVER (PARTITION BY w.key ORDER BY w.o) AS rank
-            FROM w WHERE w.o <= v_window
-        )
-        SELECT (SELECT count(*) FROM w) > v_window,
-               (SELECT w.run_at FROM w WHERE w.o = v_window),
-               (SELECT w.seq FROM w WHERE w.o = v_window),
-               array_agg(f.id ORDER BY f.o), array_agg(f.key ORDER BY f.o),
-               array_agg(f.run_at ORDER BY f.o), array_agg(f.seq ORDER BY f.o)
-        INTO v_truncated, v_end_run, v_end_seq, c_ids, c_keys, c_runs, c_seqs
-        FROM f WHERE f.key IS NULL OR f.rank = 1;
+        -- (Where no key is limited, no key is refused either: a window a
+        -- little larger than the claim has enough keys for it.)
+        v_window := CASE WHEN v_limits THEN 2 * p_max + 16 ELSE p_max + 8 END;
+        -- The window, and its candidates in claim order: all of them when
+        -- it holds every due entry of the level, else its first entry of
+        -- each key; with what the choice needs to know of each (the limit
+        -- of a key the claim has not met yet, the value's size, whether it
+        -- is past its deliveries).
+        -- (The aggregates read the candidates in claim order from the
+        -- sorted subquery, as PostgreSQL feeds them: one sort, not one per
+        -- array.)
+        SELECT bool_or(f.total > v_window),
+               max(f.run_at) FILTER (WHERE f.o = v_window),
+               max(f.seq) FILTER (WHERE f.o = v_window),
+               array_agg(f.id) FILTER (WHERE f.pick),
+               array_agg(f.key) FILTER (WHERE f.pick),
+               array_agg(f.bytes) FILTER (WHERE f.pick),
+               array_agg(f.bury) FILTER (WHERE f.pick),
+               array_agg(CASE WHEN v_limits AND NOT v_all_limits AND f.key IS NOT NULL
+                              AND f.rnd = 1 AND f.key <> ALL (k_names)
+                         THEN coalesce((SELECT l.lim FROM __SCHEMA__.key_limits l
+                                        WHERE l.queue = p_queue AND l.key = f.key),
+                                       (SELECT l.lim FROM __SCHEMA__.key_limits l
+                                        WHERE l.queue = p_queue AND l.key = '*'), '') END)
+                   FILTER (WHERE f.pick)
+        INTO v_truncated, v_end_run, v_end_seq, c_ids, c_keys, c_bytes, c_bury, c_lims
+        FROM (SELECT z.*, z.o <= v_window AND (z.total <= v_window OR z.rnd = 1) AS pick
+              FROM (SELECT x.*, count(*) OVER () AS total,
+                        row_number() OVER (ORDER BY x.run_at, x.seq) AS o,
+                        CASE WHEN x.key IS NULL THEN 1
+                            ELSE row_number() OVER (PARTITION BY x.key ORDER BY x.run_at, x.seq)
+                        END AS rnd
+                    FROM ((SELECT d.id, d.key, d.run_at, d.seq, octet_length(d.value) AS bytes,
+                               coalesce(d.max_attempts, p_limit) > 0
+                               AND d.attempt >= coalesce(d.max_attempts, p_limit) AS bury
+                           FROM __SCHEMA__.entries d
+                           WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                             AND (d.key IS NOT NULL OR d.priority <> 0) AND d.priority = v_level
+                             AND d.run_at <= p_now
+                           ORDER BY d.run_at, d.seq LIMIT v_window + 1)
+                          UNION ALL
+                          (SELECT d.id, d.key, d.run_at, d.seq, octet_length(d.value),
+                               (coalesce(d.max_attempts, p_limit) > 0
+                                AND d.attempt >= coalesce(d.max_attempts, p_limit))
+                               OR d.tick IS NOT NULL
+                           FROM __SCHEMA__.entries d
+                           WHERE v_level = 0 AND d.queue = p_queue AND d.run_at IS NOT NULL
+                             AND d.key IS NULL AND d.priority = 0 AND d.run_at <= p_now
+                           ORDER BY d.run_at, d.seq LIMIT v_window + 1)
+                          ORDER BY run_at, seq LIMIT v_window + 1) AS x) AS z
+              ORDER BY z.rnd, z.o) AS f;
+        v_truncated := coalesce(v_truncated, false);
+        c_out := array_fill(false, ARRAY[coalesce(cardinality(c_ids), 0)]);
         g_keys := '{}'; g_runs := '{}'; g_seqs := '{}';
-        v_phase := 1;
+        -- Choose in memory, count and lock the keys the choice needs, lock
+        -- and lease its rows; again while rows another transaction holds
+        -- leave places.
         LOOP
+            EXIT levels WHEN v_taken >= p_max OR v_full;
+            -- The choice: candidates in order, each key within what it
+            -- admits, the values within 16 MiB (at least one entry); a key
+            -- not yet counted is chosen on trust, and counted before
+            -- anything is leased.
+            v_pick := '{}';
+            v_count := '{}';
+            v_chosen_bytes := 0;
+            v_capped := false;
+            IF v_limits THEN
+                k_chosen := array_fill(0, ARRAY[cardinality(k_names)]);
+            END IF;
+            -- (Keys the window names and a choice never reaches are never
+            -- looked up.)
+            FOR v_c IN 1 .. coalesce(cardinality(c_ids), 0) LOOP
+                EXIT WHEN v_taken + cardinality(v_pick) >= p_max;
+                CONTINUE WHEN c_out[v_c];
+                v_key := c_keys[v_c];
+                IF v_key IS NOT NULL AND v_limits THEN
+                    v_i := array_position(k_names, v_key);
+                    IF v_i IS NULL THEN
+                        -- A key met for the first time: its limit.
+                        v_lim := CASE WHEN v_all_limits
+                            THEN coalesce(v_lim_texts[array_position(v_lim_keys, v_key)],
+                                          v_lim_texts[array_position(v_lim_keys, '*')], '')
+                            ELSE c_lims[v_c] END;
+                        k_names := k_names || v_key;
+                        v_i := cardinality(k_names);
+                        k_most := k_most || nullif(split_part(v_lim, ',', 1), '')::bigint;
+                        k_rate := k_rate || nullif(split_part(v_lim, ',', 2), '')::bigint;
+                        k_per := k_per || nullif(split_part(v_lim, ',', 3), '')::bigint;
+                        IF k_rate[v_i] IS NULL OR k_per[v_i] IS NULL THEN
+                            k_rate[v_i] := NULL;
+                            k_per[v_i] := NULL;
+                        END IF;
+                        k_held := k_held || 0::bigint;
+                        k_begun := k_begun || 0::bigint;
+                        k_taken := k_taken || 0;
+                        k_started := k_started || 0;
+                        k_chosen := k_chosen || 0;
+                        k_state := k_state || CASE WHEN k_most[v_i] IS NULL
+                            AND k_rate[v_i] IS NULL THEN 'u' ELSE 'c' END;
+                    END IF;
+                    CONTINUE WHEN k_state[v_i] IN ('r', 'l');
+                    IF k_state[v_i] = 'c' THEN
+                        IF k_chosen[v_i] = 0 THEN
+                            v_count := v_count || v_key;
+                        END IF;
+                    ELSIF k_state[v_i] = 'a' THEN
+                        IF k_held[v_i] + k_taken[v_i] >= coalesce(k_most[v_i], 9223372036854775807)
+                           OR k_begun[v_i] + k_taken[v_i]
+                              >= coalesce(k_rate[v_i], 9223372036854775807) THEN
+                            -- Refused for the rest of the claim.
+                            k_state[v_i] := 'r';
+                            CONTINUE;
+                        END IF;
+                        CONTINUE WHEN k_held[v_i] + k_taken[v_i] + k_chosen[v_i]
+                                      >= coalesce(k_most[v_i], 9223372036854775807)
+                                   OR k_begun[v_i] + k_taken[v_i] + k_chosen[v_i]
+                                      >= coalesce(k_rate[v_i], 9223372036854775807);
+                    END IF;
+                END IF;
+                IF NOT c_bury[v_c] THEN
+                    IF cardinality(ids) + cardinality(v_pick) > 0
+                       AND v_bytes + v_chosen_bytes + c_bytes[v_c] > v_max_bytes THEN
+                        v_capped := true;
+                        EXIT;
+                    END IF;
+                    v_chosen_bytes := v_chosen_bytes + c_bytes[v_c];
+                END IF;
+                IF v_key IS NOT NULL AND v_limits THEN
+                    k_chosen[v_i] := k_chosen[v_i] + 1;
+                END IF;
+                v_pick := v_pick || v_c;
+            END LOOP;
+            IF cardinality(v_count) > 0 THEN
+                -- Counted without their locks: those already full are
+                -- refused without one; the others are locked...
+                SELECT coalesce(array_agg(x.key) FILTER (WHERE x.got), '{}'),
+                       coalesce(array_agg(x.key) FILTER (WHERE x.got IS NULL), '{}')
+                INTO v_locked, v_count
+                FROM (SELECT c.key, CASE
+                        WHEN k_most[c.i] IS NOT NULL
+                         AND (SELECT count(*) FROM __SCHEMA__.entries d
+                              WHERE d.queue = p_queue AND d.key = c.key AND d.token IS NOT NULL
+                                AND d.run_at > p_now) >= k_most[c.i]
+                        THEN NULL
+                        WHEN k_rate[c.i] IS NOT NULL
+                         AND coalesce((SELECT (SELECT count(*) FROM unnest(s.starts) AS x
+                                               WHERE x > p_now - k_per[c.i])
+                                       FROM __SCHEMA__.key_starts s
+                                       WHERE s.queue = p_queue AND s.key = c.key), 0)
+                             >= k_rate[c.i]
+                        THEN NULL
+                        ELSE pg_try_advisory_xact_lock(hashtext('__SCHEMA__ key'),
+                                                       hashtext(p_queue || '/' || c.key))
+                        END AS got
+                      FROM (SELECT k AS key, array_position(k_names, k) AS i
+                            FROM unnest(v_count) AS k) AS c) AS x;
+                FOREACH v_key IN ARRAY v_count LOOP
+                    k_state[array_position(k_names, v_key)] := 'r';
+                END LOOP;
+                -- ... and counted again, under their locks.
+                FOR r IN SELECT c.key, c.i,
+                             CASE WHEN k_most[c.i] IS NULL THEN 0 ELSE
+                             (SELECT count(*) FROM __SCHEMA__.entries d
+                              WHERE d.queue = p_queue AND d.key = c.key AND d.token IS NOT NULL
+                                AND d.run_at > p_now) END AS held,
+                             CASE WHEN k_rate[c.i] IS NULL THEN 0 ELSE
+                             coalesce((SELECT (SELECT count(*) FROM unnest(s.starts) AS x
+                                               WHERE x > p_now - k_per[c.i])
+                                       FROM __SCHEMA__.key_starts s
+                                       WHERE s.queue = p_queue AND s.key = c.key), 0) END AS begun
+                         FROM (SELECT k AS key, array_position(k_names, k) AS i
+                               FROM unnest(v_locked) AS k) AS c LOOP
+                    k_held[r.i] := r.held;
+                    k_begun[r.i] := r.begun;
+                    k_state[r.i] := 'a';
+                END LOOP;
+                -- A key still 'c' was held by another claim's lock. The
+                -- choice stands if every key it trusted admits what it
+                -- chose; else it is made again.
+                v_valid := cardinality(v_count) = 0;
+                FOR v_i IN 1 .. cardinality(k_names) LOOP
+                    IF k_state[v_i] = 'c' AND k_chosen[v_i] > 0 THEN
+                        k_state[v_i] := 'l';
+                        v_skipped := true;
+                        v_valid := false;
+                    ELSIF v_valid AND k_state[v_i] = 'a' AND k_chosen[v_i] > 0
+                          AND (k_held[v_i] + k_taken[v_i] + k_chosen[v_i]
+                                  > coalesce(k_most[v_i], 9223372036854775807)
+                               OR k_begun[v_i] + k_taken[v_i] + k_chosen[v_i]
+                                  > coalesce(k_rate[v_i], 9223372036854775807)) THEN
+                        v_valid := false;
+                    END IF;
+                END LOOP;
+                CONTINUE WHEN NOT v_valid;
+            END IF;
+            EXIT WHEN cardinality(v_pick) = 0;
+            v_got := 0;
+            -- Those past their deliveries (and schedules' ticks), one at a
+            -- time: to the dead letters, or leased with what their
+            -- schedule needs.
+            FOREACH v_c IN ARRAY v_pick LOOP
+                CONTINUE WHEN NOT c_bury[v_c];
+                SELECT * INTO e FROM __SCHEMA__.entries d
+                WHERE d.queue = p_queue AND d.id = c_ids[v_c] AND d.run_at <= p_now
+                  AND d.priority = v_level AND d.key IS NOT DISTINCT FROM c_keys[v_c]
+                FOR UPDATE SKIP LOCKED;
+                CONTINUE WHEN NOT FOUND;
+                c_out[v_c] := true;
+                v_got := v_got + 1;
+                v_rec := NULL;
+                IF e.tick IS NOT NULL THEN
+                    SELECT s.rec INTO v_rec FROM __SCHEMA__.schedules s
+                    WHERE s.queue = p_queue AND s.name = e.id;
+                END IF;
+                v_attempts := coalesce(e.max_attempts, p_limit);
+                e.attempt := e.attempt + 1;
+                e.deadline := coalesce(e.tick, e.run_at);
+                v_i := CASE WHEN e.key IS NOT NULL AND v_limits
+                    THEN array_position(k_names, e.key) END;
+                IF v_attempts > 0 AND e.attempt > v_attempts
+                   AND NOT coalesce(left(v_rec, 2) = 'c,', false) THEN
+                    e.attempt := v_attempts;
+                    v_next := NULL;
+                    IF v_rec IS NOT NULL THEN
+                        SELECT t.state, t.next INTO v_state, v_next
+                        FROM __SCHEMA__.next_tick(v_rec, e.tick, NULL, p_now, NULL) t;
+                    END IF;
+                    PERFORM __SCHEMA__.bury(p_queue, e,
+                        'not acked after ' || v_attempts || ' deliveries', p_now);
+                    IF e.tick IS NOT NULL THEN
+                        PERFORM __SCHEMA__.place_tick(p_queue, p_channel, e.id, v_next);
+                    END IF;
+                ELSE
+                    v_bytes := v_bytes + octet_length(e.value);
+                    UPDATE __SCHEMA__.entries d SET run_at = v_lease_end, attempt = e.attempt,
+                        deadline = e.deadline, token = p_token, since = p_now
+                    WHERE d.queue = p_queue AND d.id = e.id;
+                    ids := ids || e.id; vals := vals || e.value; attempts := attempts || e.attempt;
+                    deadlines := deadlines || e.deadline; lease_ends := lease_ends || v_lease_end;
+                    schedule_recs := schedule_recs || v_rec;
+                    whys := whys || CASE WHEN v_attempts > 0 AND e.attempt > v_attempts
+                        THEN 'not acked after ' || v_attempts || ' deliveries' END;
+                    keys := keys || e.key;
+                    priorities := priorities || e.priority;
+                    IF v_i IS NOT NULL THEN
+                        k_started[v_i] := k_started[v_i] + 1;
+                    END IF;
+                END IF;
+                v_taken := v_taken + 1;
+                IF v_i IS NOT NULL THEN
+                    k_taken[v_i] := k_taken[v_i] + 1;
+                END IF;
+                IF e.key IS NOT NULL THEN
+                    g_keys := g_keys || e.key;
+                    g_runs := g_runs || e.run_at;
+                    g_seqs := g_seqs || e.seq;
+                END IF;
+            END LOOP;
+            -- The rest in one statement: locked (FOR UPDATE SKIP LOCKED, a
+            -- row another transaction holds left out) and leased.
+            WITH chosen AS (
+                SELECT x.o, c_ids[x.c] AS id, c_keys[x.c] AS key
+                FROM unnest(v_pick) WITH ORDINALITY AS x(c, o)
+                WHERE NOT c_bury[x.c]
+            ), hit AS (
+                SELECT d.ctid AS tid, c.o FROM chosen c
+                JOIN __SCHEMA__.entries d ON d.queue = p_queue AND d.id = c.id
+                WHERE d.run_at <= p_now AND d.priority = v_level
+                  AND d.key IS NOT DISTINCT FROM c.key
+                FOR UPDATE OF d SKIP LOCKED
+            ), leased AS (
+                UPDATE __SCHEMA__.entries d SET run_at = v_lease_end, attempt = d.attempt + 1,
+                    deadline = d.run_at, token = p_token, since = p_now
+                FROM hit WHERE d.ctid = hit.tid
+                RETURNING hit.o, d.id, d.value, d.attempt, d.deadline, d.key, d.priority, d.seq
+            )
+            SELECT array_agg(l.id ORDER BY l.o), array_agg(l.value ORDER BY l.o),
+                   array_agg(l.attempt ORDER BY l.o), array_agg(l.deadline ORDER BY l.o),
+                   array_agg(l.key ORDER BY l.o), array_agg(l.priority ORDER BY l.o),
+                   array_agg(l.seq ORDER BY l.o), array_agg(l.o ORDER BY l.o),
+                   coalesce(sum(octet_length(l.value)), 0)
+            INTO l_ids, l_vals, l_attempts, l_deadlines, l_keys, l_prios, l_seqs, l_os, v_lbytes
+            FROM leased l;
+            IF l_ids IS NOT NULL THEN
+                v_n := cardinality(l_ids);
+                ids := ids || l_ids; vals := vals || l_vals; attempts := attempts || l_attempts;
+                deadlines := deadlines || l_deadlines;
+                lease_ends := lease_ends || array_fill(v_lease_end, ARRAY[v_n]);
+                schedule_recs := schedule_recs || array_fill(NULL::text, ARRAY[v_n]);
+                whys := whys || array_fill(NULL::text, ARRAY[v_n]);
+                keys := keys || l_keys;
+                priorities := priorities || l_prios;
+                v_bytes := v_bytes + v_lbytes;
+                v_taken := v_taken + v_n;
+                v_got := v_got + v_n;
+                FOR v_c IN 1 .. v_n LOOP
+                    c_out[v_pick[l_os[v_c]]] := true;
+                    CONTINUE WHEN l_keys[v_c] IS NULL;
+                    g_keys := g_keys || l_keys[v_c];
+                    g_runs := g_runs || l_deadlines[v_c];
+                    g_seqs := g_seqs || l_seqs[v_c];
+                    IF v_limits THEN
+                        v_i := array_position(k_names, l_keys[v_c]);
+                        k_taken[v_i] := k_taken[v_i] + 1;
+                        k_started[v_i] := k_started[v_i] + 1;
+                    END IF;
+                END LOOP;
+            END IF;
+            IF v_capped AND v_got = cardinality(v_pick) THEN
+                v_full := true;
+            END IF;
+            EXIT levels WHEN v_full;
+            EXIT WHEN v_got = cardinality(v_pick);
+            -- Rows another transaction holds (or that changed since the
+            -- window was read): left out, and others chosen in their place.
+            v_skipped := true;
+            FOREACH v_c IN ARRAY v_pick LOOP
+                c_out[v_c] := true;
+            END LOOP;
+        END LOOP;
+        EXIT levels WHEN v_taken >= p_max OR v_full;
+        CONTINUE WHEN NOT v_truncated;
+        -- Beyond the window, a candidate at a time: the rest of round 1,
+        -- then the later rounds.
+        v_phase := 2;
+        LOOP
+            IF v_phase = 2 THEN
+                -- The first due entry of each key met there, and the
+                -- keyless entries.
+                v_need := p_max - v_taken + 16;
+                SELECT array_agg(x.id ORDER BY x.run_at, x.seq),
+                       array_agg(x.key ORDER BY x.run_at, x.seq),
+                       array_agg(x.run_at ORDER BY x.run_at, x.seq),
+                       array_agg(x.seq ORDER BY x.run_at, x.seq)
+                INTO c_ids, c_keys, c_runs, c_seqs
+                FROM ((SELECT h.id, h.key, h.run_at, h.seq FROM (
+                           WITH RECURSIVE ks(key) AS (
+                               (SELECT d.key FROM __SCHEMA__.entries d
+                                WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                                  AND (d.key IS NOT NULL OR d.priority <> 0)
+                                  AND d.key IS NOT NULL
+                                ORDER BY d.key LIMIT 1)
+                               UNION ALL
+                               SELECT (SELECT d.key FROM __SCHEMA__.entries d
+                                       WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                                         AND (d.key IS NOT NULL OR d.priority <> 0)
+                                         AND d.key > ks.key
+                                       ORDER BY d.key LIMIT 1)
+                               FROM ks WHERE ks.key IS NOT NULL
+                           )
+                           SELECT n.id, n.key, n.run_at, n.seq FROM ks
+                           CROSS JOIN LATERAL (
+                               SELECT d.id, d.key, d.run_at, d.seq FROM __SCHEMA__.entries d
+                               WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                                 AND (d.key IS NOT NULL OR d.priority <> 0) AND d.key = ks.key
+                                 AND d.priority = v_level AND d.run_at <= p_now
+                               ORDER BY d.run_at, d.seq LIMIT 1) AS n
+                           WHERE ks.key IS NOT NULL) AS h
+                       WHERE (h.run_at, h.seq) > (v_end_run, v_end_seq))
+                      UNION ALL
+                      (SELECT d.id, d.key, d.run_at, d.seq FROM __SCHEMA__.entries d
+                       WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                         AND (d.key IS NOT NULL OR d.priority <> 0) AND d.key IS NULL
+                         AND d.priority = v_level AND d.run_at <= p_now
+                         AND (d.run_at, d.seq) > (v_end_run, v_end_seq)
+                       ORDER BY d.run_at, d.seq LIMIT v_need)
+                      UNION ALL
+                      (SELECT d.id, d.key, d.run_at, d.seq FROM __SCHEMA__.entries d
+                       WHERE v_level = 0 AND d.queue = p_queue AND d.run_at IS NOT NULL
+                         AND d.key IS NULL AND d.priority = 0 AND d.run_at <= p_now
+                         AND (d.run_at, d.seq) > (v_end_run, v_end_seq)
+                       ORDER BY d.run_at, d.seq LIMIT v_need)) AS x;
+                v_phase := 3;
+            ELSE
+                -- The next round: the next due entry of each key that gave.
+                EXIT WHEN cardinality(g_keys) = 0;
+                SELECT array_agg(n.id ORDER BY n.run_at, n.seq),
+                       array_agg(n.key ORDER BY n.run_at, n.seq),
+                       array_agg(n.run_at ORDER BY n.run_at, n.seq),
+                       array_agg(n.seq ORDER BY n.run_at, n.seq)
+                INTO c_ids, c_keys, c_runs, c_seqs
+                FROM (SELECT DISTINCT ON (x.key) x.key, x.run_at, x.seq
+                      FROM unnest(g_keys, g_runs, g_seqs) AS x(key, run_at, seq)
+                      ORDER BY x.key, x.run_at DESC, x.seq DESC) AS g
+                CROSS JOIN LATERAL (
+                    SELECT d.id, d.key, d.run_at, d.seq FROM __SCHEMA__.entries d
+                    WHERE d.queue = p_queue AND d.run_at IS NOT NULL
+                      AND (d.key IS NOT NULL OR d.priority <> 0) AND d.key = g.key
+                      AND d.priority = v_level AND d.run_at <= p_now
+                      AND (d.run_at, d.seq) > (g.run_at, g.seq)
+                    ORDER BY d.run_at, d.seq LIMIT 1) AS n;
+                g_keys := '{}'; g_runs := '{}'; g_seqs := '{}';
+            END IF;
             FOR v_c IN 1 .. coalesce(cardinality(c_ids), 0) LOOP
                 EXIT levels WHEN v_taken >= p_max OR v_full;
                 v_key := c_keys[v_c];
                 v_i := NULL;
-                IF v_key IS NOT NULL THEN
+                IF v_key IS NOT NULL AND v_limits THEN
                     v_i := array_position(k_names, v_key);
                     IF v_i IS NULL THEN
                         v_lim := __SCHEMA__.limit_of(p_queue, v_key);
@@ -1175,14 +1626,15 @@ BEGIN
                         k_most := k_most || nullif(split_part(v_lim, ',', 1), '')::bigint;
                         k_rate := k_rate || nullif(split_part(v_lim, ',', 2), '')::bigint;
                         k_per := k_per || nullif(split_part(v_lim, ',', 3), '')::bigint;
-                        k_held := k_held || 0::bigint;
-                        k_begun := k_begun || 0::bigint;
-                        k_taken := k_taken || 0;
-                        k_started := k_started || 0;
                         IF k_rate[v_i] IS NULL OR k_per[v_i] IS NULL THEN
                             k_rate[v_i] := NULL;
                             k_per[v_i] := NULL;
                         END IF;
+                        k_held := k_held || 0::bigint;
+                        k_begun := k_begun || 0::bigint;
+                        k_taken := k_taken || 0;
+                        k_started := k_started || 0;
+                        k_chosen := k_chosen || 0;
                         k_state := k_state || CASE WHEN k_most[v_i] IS NULL
                             AND k_rate[v_i] IS NULL THEN 'u' ELSE 'c' END;
                     END IF;
@@ -1197,14 +1649,14 @@ BEGIN
                                   AND d.token IS NOT NULL AND d.run_at > p_now;
                             END IF;
                             IF k_rate[v_i] IS NOT NULL THEN
-                                SELECT coalesce((SELECT count(*) FROM unnest(s.starts) AS x
-                                                 WHERE x > p_now - k_per[v_i]), 0)
-                                INTO v_begun FROM __SCHEMA__.key_starts s
-                                WHERE s.queue = p_queue AND s.key = v_key;
-                                v_begun := coalesce(v_begun, 0);
+                                v_begun := coalesce((
+                                    SELECT (SELECT count(*) FROM unnest(s.starts) AS x
+                                            WHERE x > p_now - k_per[v_i])
+                                    FROM __SCHEMA__.key_starts s
+                                    WHERE s.queue = p_queue AND s.key = v_key), 0);
                             END IF;
-                            IF v_held >= coalesce(k_most[v_i], v_held + 1)
-                               OR v_begun >= coalesce(k_rate[v_i], v_begun + 1) THEN
+                            IF v_held >= coalesce(k_most[v_i], 9223372036854775807)
+                               OR v_begun >= coalesce(k_rate[v_i], 9223372036854775807) THEN
                                 k_state[v_i] := 'r';
                                 EXIT;
                             END IF;
@@ -1221,11 +1673,14 @@ BEGIN
                         END LOOP;
                     END IF;
                     IF k_state[v_i] = 'a'
-                       AND (k_held[v_i] + k_taken[v_i] >= coalesce(k_most[v_i], k_held[v_i] + k_taken[v_i] + 1)
-                            OR k_begun[v_i] + k_taken[v_i] >= coalesce(k_rate[v_i], k_begun[v_i] + k_taken[v_i] + 1)) THEN
+                       AND (k_held[v_i] + k_taken[v_i] >= coalesce(k_most[v_i], 9223372036854775807)
+                            OR k_begun[v_i] + k_taken[v_i]
+                               >= coalesce(k_rate[v_i], 9223372036854775807)) THEN
                         k_state[v_i] := 'r';
                     END IF;
                     CONTINUE WHEN k_state[v_i] IN ('r', 'l');
+                END IF;
+                IF v_key IS NOT NULL THEN
                     -- The key's first due entry from the candidate on that no
                     -- other transaction holds.
                     SELECT * INTO e FROM __SCHEMA__.entries d
@@ -1288,80 +1743,13 @@ BEGIN
                 v_taken := v_taken + 1;
                 IF v_i IS NOT NULL THEN
                     k_taken[v_i] := k_taken[v_i] + 1;
+                END IF;
+                IF v_key IS NOT NULL THEN
                     g_keys := g_keys || v_key;
                     g_runs := g_runs || e.run_at;
                     g_seqs := g_seqs || e.seq;
                 END IF;
             END LOOP;
-            EXIT levels WHEN v_taken >= p_max OR v_full;
-            IF v_phase = 1 AND v_truncated THEN
-                -- The rest of round 1, beyond the window: the first due
-                -- entry of each key met there, and the keyless entries.
-                v_phase := 2;
-                v_need := p_max - v_taken + 16;
-                SELECT array_agg(r.id ORDER BY r.run_at, r.seq),
-                       array_agg(r.key ORDER BY r.run_at, r.seq),
-                       array_agg(r.run_at ORDER BY r.run_at, r.seq),
-                       array_agg(r.seq ORDER BY r.run_at, r.seq)
-                INTO c_ids, c_keys, c_runs, c_seqs
-                FROM ((SELECT h.id, h.key, h.run_at, h.seq FROM (
-                           WITH RECURSIVE ks(key) AS (
-                               (SELECT d.key FROM __SCHEMA__.entries d
-                                WHERE d.queue = p_queue AND d.run_at IS NOT NULL
-                                  AND (d.key IS NOT NULL OR d.priority <> 0)
-                                  AND d.key IS NOT NULL
-                                ORDER BY d.key LIMIT 1)
-                               UNION ALL
-                               SELECT (SELECT d.key FROM __SCHEMA__.entries d
-                                       WHERE d.queue = p_queue AND d.run_at IS NOT NULL
-                                         AND (d.key IS NOT NULL OR d.priority <> 0)
-                                         AND d.key > ks.key
-                                       ORDER BY d.key LIMIT 1)
-                               FROM ks WHERE ks.key IS NOT NULL
-                           )
-                           SELECT n.id, n.key, n.run_at, n.seq FROM ks
-                           CROSS JOIN LATERAL (
-                               SELECT d.id, d.key, d.run_at, d.seq FROM __SCHEMA__.entries d
-                               WHERE d.queue = p_queue AND d.run_at IS NOT NULL
-                                 AND (d.key IS NOT NULL OR d.priority <> 0) AND d.key = ks.key
-                                 AND d.priority = v_level AND d.run_at <= p_now
-                               ORDER BY d.run_at, d.seq LIMIT 1) AS n
-                           WHERE ks.key IS NOT NULL) AS h
-                       WHERE (h.run_at, h.seq) > (v_end_run, v_end_seq))
-                      UNION ALL
-                      (SELECT d.id, d.key, d.run_at, d.seq FROM __SCHEMA__.entries d
-                       WHERE d.queue = p_queue AND d.run_at IS NOT NULL
-                         AND (d.key IS NOT NULL OR d.priority <> 0) AND d.key IS NULL
-                         AND d.priority = v_level AND d.run_at <= p_now
-                         AND (d.run_at, d.seq) > (v_end_run, v_end_seq)
-                       ORDER BY d.run_at, d.seq LIMIT v_need)
-                      UNION ALL
-                      (SELECT d.id, d.key, d.run_at, d.seq FROM __SCHEMA__.entries d
-                       WHERE v_level = 0 AND d.queue = p_queue AND d.run_at IS NOT NULL
-                         AND d.key IS NULL AND d.priority = 0 AND d.run_at <= p_now
-                         AND (d.run_at, d.seq) > (v_end_run, v_end_seq)
-                       ORDER BY d.run_at, d.seq LIMIT v_need)) AS r;
-            ELSE
-                -- The next round: the next due entry of each key that gave.
-                v_phase := 3;
-                EXIT WHEN cardinality(g_keys) = 0;
-                SELECT array_agg(n.id ORDER BY n.run_at, n.seq),
-                       array_agg(n.key ORDER BY n.run_at, n.seq),
-                       array_agg(n.run_at ORDER BY n.run_at, n.seq),
-                       array_agg(n.seq ORDER BY n.run_at, n.seq)
-                INTO c_ids, c_keys, c_runs, c_seqs
-                FROM (SELECT DISTINCT ON (x.key) x.key, x.run_at, x.seq
-                      FROM unnest(g_keys, g_runs, g_seqs) AS x(key, run_at, seq)
-                      ORDER BY x.key, x.run_at DESC, x.seq DESC) AS g
-                CROSS JOIN LATERAL (
-                    SELECT d.id, d.key, d.run_at, d.seq FROM __SCHEMA__.entries d
-                    WHERE d.queue = p_queue AND d.run_at IS NOT NULL
-                      AND (d.key IS NOT NULL OR d.priority <> 0) AND d.key = g.key
-                      AND d.priority = v_level AND d.run_at <= p_now
-                      AND (d.run_at, d.seq) > (g.run_at, g.seq)
-                    ORDER BY d.run_at, d.seq LIMIT 1) AS n;
-                g_keys := '{}'; g_runs := '{}'; g_seqs := '{}';
-            END IF;
         END LOOP;
     END LOOP;
     more := p_max > 0 AND (v_taken >= p_max OR v_full);
