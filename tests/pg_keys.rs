@@ -547,3 +547,36 @@ async fn an_insert_racing_the_ack_that_opens_a_window_is_refused() {
     assert!(!taken.ack().await.unwrap(), "acked twice");
     assert!(q.insert_with(&3, &once).await.unwrap().is_none());
 }
+
+/// A claim whose window one key's backlog fills looks beyond it, in the
+/// same order the memory store keeps: the backlog's key (limited to one at
+/// a time) gives its first entry, then the keys whose first entries lie
+/// past the window, the keyless one among them, each once; a key at its
+/// limit is skipped there too; higher priorities come first, keys and all.
+#[tokio::test]
+async fn a_claim_looks_past_a_window_one_keys_backlog_fills() {
+    let db = PgDb::new();
+    let schema = schema();
+    let q = open(&db, &schema, "beyond").await;
+    q.set_key_limit("big", concurrency(1)).await.unwrap();
+    q.set_key_limit("full", concurrency(0)).await.unwrap();
+    let backlog: Vec<(u32, InsertOptions)> = (0..200).map(|n| (n, key("big"))).collect();
+    q.insert_many_with(&backlog).await.unwrap();
+    q.insert_with(&1000, &key("full")).await.unwrap();
+    q.insert_with(&1001, &key("x")).await.unwrap();
+    q.insert_with(&1002, &InsertOptions::new()).await.unwrap();
+    q.insert_with(&1003, &key("y")).await.unwrap();
+    q.insert_with(&1004, &key("x")).await.unwrap();
+    let urgent = InsertOptions::new().key("x").priority(3);
+    q.insert_with(&2000, &urgent).await.unwrap();
+    let claim = q.take_many(5).await.unwrap();
+    let values: Vec<u32> = claim.iter().map(|d| *d.value()).collect();
+    // The urgent one first; then round 1 of level 0 (big's first, x's
+    // first, the keyless one, y's first; full held); then round 2: big is
+    // at its limit, x gives its second.
+    assert_eq!(values, [2000, 0, 1001, 1002, 1003], "{values:?}");
+    let next = q.take_many(5).await.unwrap();
+    let values: Vec<u32> = next.iter().map(|d| *d.value()).collect();
+    assert_eq!(values, [1004], "big at its limit, full held: {values:?}");
+    assert!(q.try_take().await.unwrap().is_none());
+}

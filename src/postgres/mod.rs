@@ -111,14 +111,18 @@
 //! Otherwise the claim (`claim_fair`) visits the priority levels that have
 //! due entries, highest first, and within a level takes one entry of each
 //! key before a second of any (an entry without a key is a key of its own),
-//! skipping the keys their limits refuse. It reads the level's first
-//! `2 * max + 16` due entries, whose first entry of each key gives the
-//! order of its first round; only when one key's backlog fills that window
-//! does it look beyond, by a loose index scan of the queue's keys (one
-//! probe per key, never per entry), and each later round costs one probe
-//! per key that gave an entry. So a key with 10,000 due entries does not
-//! cost a claim 10,000 rows, and a queue of many keys costs a claim one
-//! probe per key only when a few keys' backlogs come first.
+//! skipping the keys their limits refuse. It reads a *window* of the
+//! level's first due entries (`max + 8`, or `2 * max + 16` where keys have
+//! limits and may refuse some): when that holds every due entry of the
+//! level, the claim's order is the window's; else its first entry of each
+//! key gives the first round's order as far as it goes, and only when one
+//! key's backlog fills the window does the claim look beyond, by a loose
+//! index scan of the queue's keys (one probe per key, never per entry),
+//! each later round then costing one probe per key that gave an entry. So
+//! a key with 10,000 due entries does not cost a claim 10,000 rows, and a
+//! queue of many keys costs a claim one probe per key only when a few
+//! keys' backlogs come first. The window's entries are chosen in memory,
+//! and locked and leased in one statement.
 //!
 //! A key's limit (its own row of `key_limits`, else the default's, key
 //! `*`) is checked under a transaction-level advisory lock of the key,
@@ -126,12 +130,13 @@
 //! claim counts the key's entries leased now (lease not run out) and, for
 //! a rate, the starts `key_starts` keeps within the last `per`, then leases
 //! while the counts plus what it took stay below the limit. A claim that
-//! finds the key's lock held by another claim skips the key (and asks
-//! again within 200 ms if it filled nothing): claims never wait on each
-//! other, and no number of them in any number of processes leases past a
-//! limit, since each counts only after the one before it committed. A key
-//! already full is skipped without taking its lock (counted once without
-//! it): a claim holds at most one such lock per key it takes from. A
+//! finds the key's lock held by another claim skips the key (and, if it
+//! filled fewer places than it had, asks again within 200 ms): claims never
+//! wait on each other, and no number of them in any number of processes
+//! leases past a limit, since each counts only after the one before it
+//! committed. A key already full is skipped without taking its lock
+//! (counted once without it), and a claim locks only the keys it is about
+//! to take from: at most one lock per entry it takes. A
 //! finish that frees a place of a key that was at its concurrency (an ack,
 //! a retry, a dead letter, a give-back, a remove) announces it when the key
 //! has entries waiting, and a claim that refused a key for its rate reports

@@ -1012,9 +1012,10 @@ END $$;
 -- seq) order of those entries. A key its limit refuses is skipped for the
 -- rest of the claim: it never holds up the others.
 --
--- Without scanning a backlog: the claim reads a *window*, the first
--- 2 * p_max + 16 due entries of the level (entries_level, and entries_plain
--- at level 0). When the window holds every due entry of the level, the
+-- Without scanning a backlog: the claim reads a *window*, the first due
+-- entries of the level (entries_level, and entries_plain at level 0):
+-- p_max + 8 of them, or 2 * p_max + 16 when keys have limits (some may be
+-- refused). When the window holds every due entry of the level, the
 -- claim order is the window's, by (round, due time, seq), a round being an
 -- entry's rank among its key's entries. When it does not, only its first
 -- entry of each key is known to be in order (a key whose first due entry
