@@ -449,8 +449,10 @@ impl Row {
         self.runs.iter().map(|(m, _)| f(m)).collect()
     }
 
+    /// The median over the runs that have a value (a lateness percentile
+    /// of no jobs has none).
     fn median(&self, f: impl Fn(&Measured) -> f64) -> f64 {
-        let mut v = self.values(f);
+        let mut v: Vec<f64> = self.values(f).into_iter().filter(|x| !x.is_nan()).collect();
         if v.is_empty() {
             f64::NAN
         } else {

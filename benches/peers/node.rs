@@ -79,6 +79,7 @@ pub(crate) async fn run(script: &str, args: &[(&str, &str)], n: u64, tag: &str) 
         .rev()
         .find(|l| !l.trim().is_empty())
         .unwrap_or("");
+    println!("    {script}: {line}");
     let value: Value = serde_json::from_str(line)
         .unwrap_or_else(|e| panic!("node {script}: {e} in {line:?}\n{stderr}"));
     assert_eq!(
@@ -89,10 +90,14 @@ pub(crate) async fn run(script: &str, args: &[(&str, &str)], n: u64, tag: &str) 
     value
 }
 
-/// A number of a script's result.
+/// A number of a script's result; NaN where the script had none (`null`:
+/// JavaScript's NaN, a percentile of no jobs).
 pub(crate) fn field(value: &Value, name: &str) -> f64 {
-    value
-        .get(name)
-        .and_then(Value::as_f64)
-        .unwrap_or_else(|| panic!("no {name} in {value}"))
+    match value.get(name) {
+        Some(Value::Null) => f64::NAN,
+        Some(v) => v
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name} is no number in {value}")),
+        None => panic!("no {name} in {value}"),
+    }
 }
