@@ -99,6 +99,7 @@ async fn records_written_before_options_still_read_and_run() {
     q.insert_with(&5, &InsertOptions::new().id("later").key("k"))
         .await
         .unwrap();
+    assert_eq!(server.cli(&["HEXISTS", &entries, "options"]), "1");
 
     let taken = q.take_many(10).await.unwrap();
     let got: Vec<(&str, u32, i16)> = taken
@@ -143,6 +144,9 @@ async fn records_written_before_options_still_read_and_run() {
     assert_eq!((d.id(), *d.value(), d.attempt()), ("died", 3, 1));
     assert!(d.ack().await.unwrap());
     assert_eq!(q.stats().await.unwrap(), RedisStats::default());
+    // No entry with options left: a claim forgot that there were some, and
+    // claims read `schedule` alone again.
+    assert_eq!(server.cli(&["HEXISTS", &entries, "options"]), "0");
 }
 
 /// Entries without a key or a priority stay in `schedule` alone, others

@@ -72,7 +72,7 @@
 //! | key | type | contents |
 //! |---|---|---|
 //! | `punctual:{name}:schedule` | sorted set | member `<seq><id>`, score: due time, or end of the lease while leased (ms since the Unix epoch, server clock) |
-//! | `punctual:{name}:entries` | hash | `m:<id>` → the entry's record; `v:<id>` → its value as JSON (serde_json); `r:<id>` → why its last attempt failed (kept until it is acked), or why a dead letter died; `paused` → since when (ms) the queue is paused, while it is; `instance` → the queue's own id, made by the first page of [`entries`](RedisQueue::entries) that needs a cursor (a cursor carries it, so a cursor of a queue of the same name on another server is refused) |
+//! | `punctual:{name}:entries` | hash | `m:<id>` → the entry's record; `v:<id>` → its value as JSON (serde_json); `r:<id>` → why its last attempt failed (kept until it is acked), or why a dead letter died; `paused` → since when (ms) the queue is paused, while it is; `instance` → the queue's own id, made by the first page of [`entries`](RedisQueue::entries) that needs a cursor (a cursor carries it, so a cursor of a queue of the same name on another server is refused); `options` → set while entries with a key or a priority may exist (set by every write that adds one to `special`, deleted by a claim that finds `special` empty) |
 //! | `punctual:{name}:leases` | sorted set | id → end of its lease, for leased entries |
 //! | `punctual:{name}:dead` | sorted set | id → when it died, for dead letters |
 //! | `punctual:{name}:seq` | string | the sequence counter |
@@ -107,7 +107,7 @@
 //! `leases` or `dead`, from the cursor's score on (for pending and due,
 //! `schedule` and `special` read side by side and merged). Generated ids
 //! are `#` followed by that counter in decimal. While no live entry has a
-//! key or a priority (`special` is empty), a claim takes members of
+//! key or a priority (no `options` field), a claim takes members of
 //! `schedule` with score ≤ now in order, as it always did; else it walks
 //! `ready`'s heads level by level, the highest priority first, level 0
 //! merged with `schedule`'s due members, one entry per key per round (see

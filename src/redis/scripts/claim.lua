@@ -21,8 +21,9 @@
 -- now, plus those this claim took; its rate: deliveries of the key begun
 -- in the last `per` ms, plus those this claim took) is skipped: it never
 -- holds up another. Entries without a key or a priority, in SCHEDULE, are
--- level 0's keys of their own; while SPECIAL is empty (no entry has a key
--- or a priority) the claim reads SCHEDULE alone, as before options existed.
+-- level 0's keys of their own; while no entry has a key or a priority (no
+-- OPTIONS field) the claim reads SCHEDULE alone, as before options existed
+-- (and the claim that finds SPECIAL empty deletes OPTIONS).
 -- The head: now if it took `max` (more may be due); else the earliest of
 -- the next due time or lease end after now and the time a refused key's
 -- rate window opens while its entries wait; -1 when there is none. So a
@@ -52,12 +53,14 @@ end
 -- nothing>:<op result codes>'. Reads REQUESTS.
 local kept = ledger and ledger.recall()
 
--- Whether any entry has a key or a priority (then the claim walks the
--- claim index; ops cannot add the first one: it would be leased now).
--- Reads SPECIAL; the other keys of options are checked before any write.
-local options = redis.call('ZCARD', SPECIAL) > 0
-if options then
-  local e = check_options() or ensure(LEASES, 'zset')
+-- Whether the queue is paused, and whether any entry may have a key or a
+-- priority (then the claim walks the claim index; ops cannot add the first
+-- one: it would be leased now). The keys of options are checked before any
+-- write.
+local flags = redis.call('HMGET', ENTRIES, PAUSED, OPTIONS)
+local paused, any_options = flags[1] ~= false, flags[2] ~= false
+if any_options then
+  local e = options().check_options() or ensure(LEASES, 'zset')
   if e then return e end
 end
 
@@ -125,7 +128,7 @@ if kept or recover >= 0 then
       if a[4] ~= b[4] then return a[4] < b[4] end
       return order[a] < order[b]
     end)
-    if options then return reply(items, now) end
+    if any_options then return reply(items, now) end
     return reply(items)
   end
 end
@@ -143,7 +146,7 @@ end
 
 -- Paused: nothing new is leased, and the head is not reported (consumers
 -- wait for `resume`'s announcement, or their poll interval).
-if redis.call('HEXISTS', ENTRIES, PAUSED) == 1 then
+if paused then
   if keep_answer then keep_answer(nil) end
   return reply({}, -1)
 end
@@ -152,7 +155,7 @@ local lease_until = now + lease
 -- Formatted once: a number passed to redis.call is printed with %.17g.
 local lease_arg = int(lease_until)
 
-if not options then
+if not any_options then
   -- No entry has a key or a priority: SCHEDULE's due entries, in order.
   -- One more than asked: if it comes, more are due and no head lookup is
   -- needed.
@@ -221,6 +224,10 @@ if not options then
   return reply(items)
 end
 
+-- Entries with options exist: the claim's index.
+local O = options()
+local due_hex, first_of, head_of, parse_limit = O.due_hex, O.first_of, O.head_of, O.parse_limit
+
 -- Leases that ran out by now stop counting for their key ("reaped"): their
 -- entries are available again, at their lease end, tokens kept (their old
 -- holders may still finish them until another claim takes them).
@@ -256,7 +263,7 @@ repeat
         redis.call('HDEL', LIMITS, 'c:' .. key)
       end
     end
-    ready_add_all(back)
+    O.ready_add_all(back)
   end
 until #ended < 2000
 
@@ -274,22 +281,35 @@ local function begun_after(starts, since)
   return count
 end
 
-local function key_of(key)
-  local k = keys[key]
-  if k then return k end
-  local got = redis.call('HMGET', LIMITS, 'l:' .. key, 'c:' .. key, 's:' .. key, 'l:*')
-  local limit = parse_limit(got[1] or got[4]) or {}
-  k = {conc = limit.conc, max = limit.max, per = limit.per, held = tonumber(got[2]) or 0,
-    starts = got[3], taken = 0, started = 0}
-  if k.max then k.begun = begun_after(k.starts or '', now - k.per) end
-  keys[key] = k
-  key_order[#key_order + 1] = key
-  return k
+-- Reads the limits and counts of the keys of `list` not met yet, in one
+-- HMGET.
+local function meet(list)
+  local new, fields = {}, {}
+  for _, key in ipairs(list) do
+    if not keys[key] and not new[key] then
+      new[key] = true
+      new[#new + 1] = key
+      fields[#fields + 1] = 'l:' .. key
+      fields[#fields + 1] = 'c:' .. key
+      fields[#fields + 1] = 's:' .. key
+    end
+  end
+  if #new == 0 then return end
+  fields[#fields + 1] = 'l:*'
+  local got = hmget_sliced(LIMITS, fields)
+  for i, key in ipairs(new) do
+    local limit = parse_limit(got[3 * i - 2] or got[#got]) or {}
+    local k = {conc = limit.conc, max = limit.max, per = limit.per,
+      held = tonumber(got[3 * i - 1]) or 0, starts = got[3 * i], taken = 0, started = 0}
+    if k.max then k.begun = begun_after(k.starts or '', now - k.per) end
+    keys[key] = k
+    key_order[#key_order + 1] = key
+  end
 end
 
--- Whether one more entry of `key` may start now (counted if so).
+-- Whether one more entry of `key` (met) may start now (counted if so).
 local function admits(key)
-  local k = key_of(key)
+  local k = keys[key]
   if (k.conc and k.held + k.taken >= k.conc) or (k.max and k.begun + k.taken >= k.max) then
     k.refused = true
     return false
@@ -300,7 +320,7 @@ end
 
 -- What the claim takes, in order: {id, score (due time, or the end of a
 -- lease that ran out), member (an entry of SCHEDULE) or false (of READY),
--- its member in READY, its key}.
+-- its member in READY, its key, its head member if it was its key's head}.
 local chosen = {}
 -- Due by now: places below this bound.
 local due_bound = due_hex(now + 1)
@@ -309,15 +329,25 @@ local due_bound = due_hex(now + 1)
 -- (level 0): round 1 from the heads (and SCHEDULE), then the later rounds
 -- from the groups of the keys that gave one.
 local function walk(lvl, plain)
-  local heads, h_at, h_off, h_done = {}, 1, 0, false
+  local heads, h_at, h_off, h_done, chunk = {}, 1, 0, false, 0
   local due, p_at, p_off, p_done = {}, 1, 0, not plain
   local gave = {}
   while #chosen < max do
     local want = max - #chosen
     if h_at > #heads and not h_done then
+      -- As many as are left to take, more each time keys are refused.
+      chunk = math.max(want, 2 * chunk)
       heads = redis.call('ZRANGE', READY, '[h' .. lvl, '(h' .. lvl .. due_bound, 'BYLEX',
-        'LIMIT', h_off, want + 16)
-      h_at, h_off, h_done = 1, h_off + #heads, #heads < want + 16
+        'LIMIT', h_off, chunk)
+      h_at, h_off, h_done = 1, h_off + #heads, #heads < chunk
+      local met = {}
+      for _, h in ipairs(heads) do
+        if string.sub(h, 33, 33) == '+' then
+          local rest = string.sub(h, 34)
+          met[#met + 1] = string.sub(rest, 1, string.find(rest, '\0', 1, true) - 1)
+        end
+      end
+      meet(met)
     end
     if p_at > #due and not p_done then
       due = redis.call('ZRANGEBYSCORE', SCHEDULE, '-inf', now, 'WITHSCORES', 'LIMIT', p_off, want)
@@ -345,7 +375,7 @@ local function walk(lvl, plain)
         local key, id = string.sub(rest, 1, nul - 1), string.sub(rest, nul + 1)
         if admits(key) then
           local gm = 'g' .. key .. '\0' .. string.sub(h, 2, 32) .. id
-          chosen[#chosen + 1] = {id, score, false, gm, key}
+          chosen[#chosen + 1] = {id, score, false, gm, key, h}
           gave[#gave + 1] = {key = key, last = gm}
         end
       end
@@ -430,7 +460,7 @@ for i, c in ipairs(chosen) do
       if first then redis.call('ZADD', READY, 0, head_of(c[5], first)) end
     end
   else
-    if not c[3] then taken[#taken + 1] = {id, e, score} end
+    if not c[3] then taken[#taken + 1] = c end
     local rec = e.tick and redis.call('HGET', SCHEDULES, id)
     local most = e.max or limit
     e.attempt = e.attempt + 1
@@ -456,7 +486,8 @@ for i, c in ipairs(chosen) do
         members[#members + 1] = e.member
         held[#held + 1] = lease_arg
         held[#held + 1] = id
-        if e.key then key_of(e.key).started = key_of(e.key).started + 1 end
+        local k = c[5] and keys[c[5]]
+        if k then k.started = k.started + 1 end
       end
       items[#items + 1] = item(id, got[2 * i], e, lease_until, rec, why)
     end
@@ -474,13 +505,36 @@ if #leases > 0 then
   call_sliced('ZADD', SPECIAL, members)
   call_sliced('ZADD', HELD, held)
 end
-if #taken > 0 then ready_remove_all(taken) end
+-- What the claim took leaves READY, with the heads of their keys (each
+-- key's first taken was its head); each key gets its next entry as head.
+if #taken > 0 then
+  local gone, prefixes, heads = {}, {}, {}
+  for _, c in ipairs(taken) do
+    gone[#gone + 1] = c[4]
+    if c[6] then
+      gone[#gone + 1] = c[6]
+      prefixes[#prefixes + 1] = string.sub(c[4], 1, #c[5] + 6)
+      prefixes[#prefixes + 1] = c[5]
+    end
+  end
+  call_sliced('ZREM', READY, gone)
+  for i = 1, #prefixes, 2 do
+    local first = first_of(prefixes[i])
+    if first then
+      heads[#heads + 1] = 0
+      heads[#heads + 1] = head_of(prefixes[i + 1], first)
+    end
+  end
+  call_sliced('ZADD', READY, heads)
+end
 -- The keys' held counts, and the starts of those with a rate now (the
--- newest `max` within `per`).
+-- newest `max` within `per`), in one write.
+local counts, forgotten = {}, {}
 for _, key in ipairs(key_order) do
   local k = keys[key]
   if k.started > 0 then
-    redis.call('HSET', LIMITS, 'c:' .. key, int(k.held + k.started))
+    counts[#counts + 1] = 'c:' .. key
+    counts[#counts + 1] = int(k.held + k.started)
     if k.max then
       local starts, since = k.starts or '', now - k.per
       local from = #starts / 11 + 1
@@ -493,12 +547,15 @@ for _, key in ipairs(key_order) do
       starts = string.sub(starts, 11 * from - 10) .. string.rep(due_hex(now), k.started)
       if #starts > 11 * k.max then starts = string.sub(starts, #starts - 11 * k.max + 1) end
       k.starts = starts
-      redis.call('HSET', LIMITS, 's:' .. key, starts)
+      counts[#counts + 1] = 's:' .. key
+      counts[#counts + 1] = starts
     elseif k.starts then
-      redis.call('HDEL', LIMITS, 's:' .. key)
+      forgotten[#forgotten + 1] = 's:' .. key
     end
   end
 end
+call_sliced('HSET', LIMITS, counts)
+call_sliced('HDEL', LIMITS, forgotten)
 for _, b in ipairs(burying) do
   local id, e, rec = b[1], b[2], b[3]
   local next = rec and next_tick(rec, e.tick, nil, now, nil)
@@ -506,6 +563,9 @@ for _, b in ipairs(burying) do
   if next then successor(id, next, channel, now) end
 end
 if keep_answer then keep_answer(#leases > 0 and lease_arg or nil) end
+-- OPTIONS left by entries with options that are all gone: deleted, so the
+-- next claims read SCHEDULE alone.
+if #taken == 0 and redis.call('ZCARD', SPECIAL) == 0 then redis.call('HDEL', ENTRIES, OPTIONS) end
 if #chosen >= max then return reply(items, now) end
 
 -- The next due time or lease end after now, or a refused key's window.

@@ -24,7 +24,7 @@ repeat
       local e = parse(redis.call('HGET', ENTRIES, 'm:' .. id))
       redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
       -- Its id stays taken for its unique window.
-      if e and e.unique then keep_taken(id, now + e.unique, now) end
+      if e and e.unique then options().keep_taken(id, now + e.unique, now) end
     end
   end
   call_sliced('ZREM', DEAD, ids)

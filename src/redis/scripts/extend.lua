@@ -6,20 +6,31 @@
 -- moved before the head is announced, like an insert. An entry with a key
 -- or a priority whose lease ran out and that a claim saw (reaped: its
 -- place freed) holds its place again.
-local e = ensure(LEASES, 'zset') or check_options()
+local e = ensure(LEASES, 'zset')
 if e then return e end
 local now = now_ms()
 local lease_until = now + tonumber(ARGV[1])
 local old_head = head()
-local out, moved = {}, false
+-- Reads first: every lease still held, and whether the keys of options
+-- are written (checked before any write).
+local entries, O = {}, nil
 for i = 3, #ARGV, 2 do
-  local id = ARGV[i]
-  local entry = held(id, ARGV[i + 1])
+  local entry = held(ARGV[i], ARGV[i + 1])
+  entries[#entries + 1] = entry or false
+  if entry and not O and special(entry) then
+    O = options()
+    e = O.check_options()
+    if e then return e end
+  end
+end
+local out, moved = {}, false
+for i, entry in ipairs(entries) do
+  local id = ARGV[2 * i + 1]
   if entry then
     if special(entry) then
       if not redis.call('ZSCORE', HELD, id) then
         local at = tonumber(redis.call('ZSCORE', SPECIAL, entry.member))
-        if at then ready_remove_all({{id, entry, at}}) end
+        if at then O.ready_remove_all({{id, entry, at}}) end
         if entry.key then
           local held_now = tonumber(redis.call('HGET', LIMITS, 'c:' .. entry.key)) or 0
           redis.call('HSET', LIMITS, 'c:' .. entry.key, int(held_now + 1))

@@ -69,7 +69,7 @@ if #given > 0 and redis.call('ZCARD', UNIQUE) > 0 then
 end
 -- What this call writes, by id in the order first written: {e (the new
 -- record), value, at, old (the record of the pending entry it replaces)}.
-local final, order, out, options = {}, {}, {}, false
+local final, order, out, with_options = {}, {}, {}, false
 for i = 0, n - 1 do
   local o = FIRST + WIDTH * i
   local id, at, opts = ARGV[o], tonumber(ARGV[o + 3]), ARGV[o + 4]
@@ -81,7 +81,7 @@ for i = 0, n - 1 do
     new.prio, new.max, new.unique = tonumber(prio), tonumber(most), tonumber(unique)
     if key ~= '' then new.key = key end
     replace = again == '1'
-    options = true
+    with_options = true
   end
   local inserted, f = true, final[id]
   if id == '' then
@@ -116,8 +116,8 @@ for i = 0, n - 1 do
   out[#out + 1] = id
 end
 if #order == 0 then return out end
-if options then
-  local err = check_options()
+if with_options then
+  local err = options().check_options()
   if err then return err end
 end
 -- The replaced entries leave their places (the first writes, to READY and
@@ -125,7 +125,7 @@ end
 for _, id in ipairs(order) do
   local old = final[id].old
   if old then
-    unindex(id, old)
+    if special(old) then options().unindex(id, old) end
     redis.call('ZREM', zset_of(old), old.member)
     redis.call('HDEL', ENTRIES, 'r:' .. id)
   end
@@ -150,8 +150,11 @@ for _, id in ipairs(order) do
 end
 call_sliced('HSET', ENTRIES, fields)
 call_sliced('ZADD', SCHEDULE, members)
-call_sliced('ZADD', SPECIAL, specials)
-if #ready > 0 then ready_add_all(ready) end
+if #specials > 0 then
+  redis.call('HSET', ENTRIES, OPTIONS, '1')
+  call_sliced('ZADD', SPECIAL, specials)
+end
+if #ready > 0 then options().ready_add_all(ready) end
 announce(channel, earliest, old_head, now, busy, false)
 if ledger then
   local parts = {}

@@ -22,12 +22,12 @@ elseif not e then
 end
 local now = now_ms()
 if e then
-  local freed = unindex(id, e)
+  local freed = special(e) and options().unindex(id, e)
   if e.member ~= '' then redis.call('ZREM', zset_of(e), e.member) end
   redis.call('ZREM', LEASES, id)
   redis.call('ZREM', DEAD, id)
   redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
-  if e.unique then keep_taken(id, now + e.unique, now) end
+  if e.unique then options().keep_taken(id, now + e.unique, now) end
   if freed and ARGV[4] and ARGV[4] ~= '' then redis.pcall('PUBLISH', ARGV[4], int(now)) end
 end
 if schedule and (not e or e.tick) then

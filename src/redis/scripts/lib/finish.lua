@@ -60,12 +60,12 @@ local function finish(kind, id, token, ms, reason, cands, now, limit, channel)
     if ms == 0 then e.attempt = math.max(e.attempt - 1, 0) end
     local at = math.min(e.deadline or now, now)
     local old_head, busy = head()
-    local freed = unindex(id, e)
+    local freed = special(e) and options().unindex(id, e)
     redis.call('ZREM', LEASES, id)
     e.token, e.since = '', nil
     redis.call('HSET', ENTRIES, 'm:' .. id, record(e))
     redis.call('ZADD', zset_of(e), at, e.member)
-    if special(e) then ready_add_all({{id, e, at}}) end
+    if special(e) then options().ready_add_all({{id, e, at}}) end
     announce(channel, at, old_head, now, busy, freed)
     return 1
   end
@@ -76,7 +76,7 @@ local function finish(kind, id, token, ms, reason, cands, now, limit, channel)
     next, from = next_tick(rec, e.tick, e.since, now, cands)
     if next == nil then return {-1, from, rec} end
   end
-  local freed = unindex(id, e)
+  local freed = special(e) and options().unindex(id, e)
   if kind == 'd' then
     bury(id, e, reason, now)
   else
@@ -88,7 +88,7 @@ local function finish(kind, id, token, ms, reason, cands, now, limit, channel)
       redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
     end
     -- Its id stays taken for its unique window.
-    if e.unique then keep_taken(id, now + e.unique, now) end
+    if e.unique then options().keep_taken(id, now + e.unique, now) end
   end
   if freed and channel ~= '' then redis.pcall('PUBLISH', channel, int(now)) end
   if next then successor(id, next, channel, now) end
@@ -97,8 +97,10 @@ end
 
 -- Applies the ops in ARGV from `at` on (6 fields each: kind, id, token, ms,
 -- reason, cands), after checking the type of every key they may write.
--- Plain acks (most of a worker's ops) are applied together: their records
--- are read in one HMGET and their deletes are one command per key.
+-- Acks of entries that are not ticks and keep no unique window (most of a
+-- worker's ops) are applied together: their records are read in one HMGET
+-- and their deletes are one command per key (those with a key or a
+-- priority also leave the claim's indexes together, see `release_all`).
 -- Returns their results, or an error reply before any write.
 local function finish_all(at, n, now, limit, channel)
   if n == 0 then return {} end
@@ -108,37 +110,52 @@ local function finish_all(at, n, now, limit, channel)
   end
   -- Reads ENTRIES (a key of another type fails here, before any write).
   local records = hmget_sliced(ENTRIES, fields)
-  -- Plain acks write only SCHEDULE, LEASES and ENTRIES (read above); the
-  -- other ops may write every key.
-  local plain = true
+  -- Acks together write SCHEDULE, LEASES, ENTRIES (read above) and, for
+  -- entries with options, the keys of options; the other ops may write
+  -- every key.
+  local others, with_options = false, false
   for i = 0, n - 1 do
     records[i + 1] = parse(records[i + 1])
     local record = records[i + 1]
-    if ARGV[at + 6 * i] ~= 'a' or (record and (record.tick or record.prio ~= 0 or record.key
-      or record.max or record.unique)) then
-      plain = false
+    if ARGV[at + 6 * i] ~= 'a' or (record and (record.tick or record.unique)) then
+      others = true
+    elseif record and special(record) then
+      with_options = true
     end
   end
   local e = ensure(SCHEDULE, 'zset')
-  if not plain then
+  if others then
     e = e or ensure(LEASES, 'zset') or ensure(DEAD, 'zset') or check_seq()
-      or ensure(SCHEDULES, 'hash') or ensure(GIVEN_UP, 'zset') or check_options()
+      or ensure(SCHEDULES, 'hash') or ensure(GIVEN_UP, 'zset')
   end
+  if others or with_options then e = e or ensure(LEASES, 'zset') or options().check_options() end
   if e then return nil, e end
   local results = {}
-  local members, ids, gone = {}, {}, {}
+  local members, ids, gone, special_members, special_ids, special_records = {}, {}, {}, {}, {},
+    {}
+  local seen = {}
   for i = 0, n - 1 do
     local o = at + 6 * i
     local kind, id, token = ARGV[o], ARGV[o + 1], ARGV[o + 2]
     local record = records[i + 1]
-    if kind == 'a' and record and not record.tick and not special(record) and not record.max
-      and not record.unique then
+    if kind == 'a' and record and not record.tick and not record.unique then
       if token ~= '' and record.token == token then
-        members[#members + 1] = record.member
-        ids[#ids + 1] = id
-        gone[#gone + 1] = fields[i + 1]
-        gone[#gone + 1] = 'v:' .. id
-        gone[#gone + 1] = 'r:' .. id
+        if seen[id] then
+          -- The same ack twice in one batch: applied once.
+        elseif special(record) then
+          special_members[#special_members + 1] = record.member
+          special_ids[#special_ids + 1] = id
+          special_records[#special_records + 1] = record
+        else
+          members[#members + 1] = record.member
+        end
+        if not seen[id] then
+          seen[id] = true
+          ids[#ids + 1] = id
+          gone[#gone + 1] = fields[i + 1]
+          gone[#gone + 1] = 'v:' .. id
+          gone[#gone + 1] = 'r:' .. id
+        end
         results[i + 1] = 1
       else
         results[i + 1] = 0
@@ -151,9 +168,12 @@ local function finish_all(at, n, now, limit, channel)
   if #ids > 0 then
     -- First for plain batches: it fails alone if LEASES holds another type.
     call_sliced('ZREM', LEASES, ids)
+    -- Before SPECIAL loses them: a reaped one's place in READY is read there.
+    local wake = #special_ids > 0 and options().release_all(special_ids, special_records)
     call_sliced('ZREM', SCHEDULE, members)
+    call_sliced('ZREM', SPECIAL, special_members)
     call_sliced('HDEL', ENTRIES, gone)
+    if wake and channel ~= '' then redis.pcall('PUBLISH', channel, int(now)) end
   end
   return results
 end
-

@@ -46,12 +46,15 @@ end
 local function place(id, e, at, channel, now)
   local old_head, busy = head()
   local member = new_member(id)
-  local freed = unindex(id, e)
+  local freed = special(e) and options().unindex(id, e)
   if e.member ~= '' then redis.call('ZREM', zset_of(e), e.member) end
   e.member = member
   e.token, e.since = '', nil
   redis.call('HSET', ENTRIES, 'm:' .. id, record(e))
   redis.call('ZADD', zset_of(e), at, e.member)
-  if special(e) then ready_add_all({{id, e, at}}) end
+  if special(e) then
+    redis.call('HSET', ENTRIES, OPTIONS, '1')
+    options().ready_add_all({{id, e, at}})
+  end
   announce(channel, at, old_head, now, busy, freed)
 end

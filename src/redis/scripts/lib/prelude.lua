@@ -26,6 +26,12 @@ local PAUSED = 'paused'
 -- on another server in cursors.
 local INSTANCE = 'instance'
 
+-- The field of ENTRIES set while SPECIAL may hold entries (set by every
+-- write that adds a member to SPECIAL; a claim that finds SPECIAL empty
+-- deletes it): a claim on a queue without entries with options learns so
+-- from the read of PAUSED, and reads SCHEDULE alone.
+local OPTIONS = 'options'
+
 -- The calling handle's dead-letter retention, set by `rules`: the oldest
 -- a dead letter may be (ms) and how many are kept; -1 for no limit.
 local DEAD_MAX_AGE, DEAD_MAX_COUNT = -1, -1
@@ -40,12 +46,17 @@ local function rules(arg)
 end
 
 -- An error reply if `key` holds something other than `want`.
+-- Each key is checked once per run of a script (`ensured`: the keys
+-- checked, or read by a command that fails on another type).
+local ensured = {}
 local function ensure(key, want)
+  if ensured[key] then return nil end
   local have = redis.call('TYPE', key)['ok']
   if have ~= 'none' and have ~= want then
     return redis.error_reply('WRONGTYPE key ' .. key .. ' of this queue holds a '
       .. have .. ', not a ' .. want)
   end
+  ensured[key] = true
 end
 
 -- An integer in decimal (Lua's own `..` writes 13-digit numbers with an

@@ -58,7 +58,7 @@ local function trim_dead(now)
     for _, id in ipairs(ids) do
       local e = parse(redis.call('HGET', ENTRIES, 'm:' .. id))
       redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
-      if e and e.unique then keep_taken(id, now + e.unique, now) end
+      if e and e.unique then options().keep_taken(id, now + e.unique, now) end
     end
     call_sliced('ZREM', DEAD, ids)
   end
