@@ -18,6 +18,13 @@
 //! from the dashboard's cache (refreshed in the background every 3 s, as
 //! in use); the time of the count read behind it is reported apart.
 //!
+//! The health pages are timed too: the Running page and the Workers page
+//! with 100 workers each holding a run (spawned where the store answers
+//! `workers()`), the dead letters newest first, an entry, the audit log;
+//! and the same pages on memory queues of 1,000 and 1,000,000 entries
+//! (where every call is answered today). `PUNCTUAL_BENCH_STORES=memory`
+//! (or `redis`, `postgres`, comma-separated) runs only those.
+//!
 //! Then ten simulated viewers refresh a page every second for ten seconds
 //! (five on the overview, five on the queue page of the 1M queue), and the
 //! store's own accounting says how often the counts were read: Redis
@@ -47,7 +54,8 @@ use axum::body::Body;
 use axum::http::Request;
 use pg_server::PgServer;
 use punctual::MissedTicks;
-use punctual::durable::Durable;
+use punctual::durable::{Durable, Job, Outcome, Worker};
+use punctual::memory::MemoryQueue;
 use punctual::postgres::PgQueue;
 use punctual::redis::RedisQueue;
 use punctual_admin::Dashboard;
@@ -59,11 +67,95 @@ use tower::ServiceExt;
 const SMALL: usize = 1_000;
 const LARGE: usize = 1_000_000;
 const RENDERS: usize = 15;
-const PAGES: [(&str, &str); 3] = [
+const PAGES: [(&str, &str); 8] = [
     ("overview", "/"),
     ("queue page", "/queues/orders"),
     ("entries page", "/queues/orders/entries?state=pending"),
+    ("running page", "/queues/orders/running"),
+    ("workers page", "/queues/orders/workers"),
+    ("dead, newest", "/queues/orders/entries?state=dead"),
+    ("an entry", "/queues/orders/entries/order-0"),
+    ("audit log", "/audit"),
 ];
+
+/// Workers each holding a run, where the store answers `workers()`.
+const WORKERS: usize = 100;
+
+/// Dead letters in each queue.
+const DEAD: usize = 100;
+
+/// Whether the bench runs on `store` (`PUNCTUAL_BENCH_STORES`, every
+/// store unless set).
+fn runs_on(store: &str) -> bool {
+    std::env::var("PUNCTUAL_BENCH_STORES")
+        .map(|stores| stores.split(',').any(|s| s.trim() == store))
+        .unwrap_or(true)
+}
+
+/// `WORKERS` workers on `queue`, each holding one due entry until the
+/// bench ends; none where the store does not answer `workers()` yet.
+async fn hold<Q>(queue: &Q) -> Vec<Worker>
+where
+    Q: Durable<Item = Value>,
+    Q::Error: std::fmt::Debug + std::fmt::Display,
+{
+    if let Err(e) = queue.workers().await {
+        println!("  no workers: the store answers workers() with {e}");
+        return Vec::new();
+    }
+    // One due entry for each (the 1k queue has only 10 due).
+    let runs: Vec<(Value, Duration)> = (0..WORKERS)
+        .map(|i| (json!({"run": i}), Duration::ZERO))
+        .collect();
+    queue.insert_many(&runs).await.unwrap();
+    let workers: Vec<Worker> = (0..WORKERS)
+        .map(|i| {
+            Worker::builder(queue.clone())
+                .name(&format!("bench-{i}"))
+                .concurrency(1)
+                .spawn(|job: Job<Value>| async move {
+                    job.cancelled().await;
+                    Outcome::Done
+                })
+        })
+        .collect();
+    let started = Instant::now();
+    loop {
+        let listed = queue.workers().await.unwrap();
+        let running: usize = listed.iter().map(|w| w.running.len()).sum();
+        if listed.len() == WORKERS && running >= WORKERS {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{} workers, {running} runs",
+            listed.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("  {WORKERS} workers each hold a run");
+    workers
+}
+
+/// `DEAD` dead letters, made as a worker makes them.
+async fn dead_letters<Q>(queue: &Q)
+where
+    Q: Durable<Item = Value>,
+    Q::Error: std::fmt::Debug,
+{
+    let chunk: Vec<(Value, Duration)> = (0..DEAD)
+        .map(|i| (json!({"dead": i}), Duration::ZERO))
+        .collect();
+    queue.insert_many(&chunk).await.unwrap();
+    let worker = Worker::builder(queue.clone())
+        .spawn(|_job: Job<Value>| async { Outcome::discard("the bench's dead letter") });
+    let started = Instant::now();
+    while queue.stats().await.unwrap().dead < DEAD as u64 {
+        assert!(started.elapsed() < Duration::from_secs(60));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    worker.shutdown(Duration::from_secs(5)).await;
+}
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -77,58 +169,113 @@ async fn run() {
     println!("punctual-admin pages: medians of {RENDERS} renders each\n");
     let mut failures = Vec::new();
 
-    // Redis: a server per size.
-    let small_redis = RedisServer::start_in_memory();
-    let large_redis = RedisServer::start_in_memory();
-    let small_q = redis_queue(&small_redis.url()).await;
-    let large_q = redis_queue(&large_redis.url()).await;
-    seed(&small_q, SMALL).await;
-    seed(&large_q, LARGE).await;
-    let small = Dashboard::builder().redis(&small_redis.url()).router();
-    let large = Dashboard::builder().redis(&large_redis.url()).router();
-    compare("redis", &small, &large, &small_q, &large_q, &mut failures).await;
-    // Only the viewers' dashboard may read the store from here (each
-    // dashboard samples its queues every 5 s).
-    drop((small, large));
-    cold("redis", &small_redis.url(), &large_redis.url(), None).await;
-    redis_viewers(&large_redis, &large_q).await;
-    drop((small_q, large_q));
-    drop((small_redis, large_redis));
+    // Memory: every call answered today, 100 workers each holding a run.
+    if runs_on("memory") {
+        let small_q: MemoryQueue<Value> = MemoryQueue::builder("orders").max_attempts(1).build();
+        let large_q: MemoryQueue<Value> = MemoryQueue::builder("orders").max_attempts(1).build();
+        seed(&small_q, SMALL).await;
+        seed(&large_q, LARGE).await;
+        let held = [hold(&small_q).await, hold(&large_q).await];
+        let small = Dashboard::builder().memory(small_q.clone()).router();
+        let large = Dashboard::builder().memory(large_q.clone()).router();
+        write_once(&small).await;
+        write_once(&large).await;
+        compare("memory", &small, &large, &small_q, &large_q, &mut failures).await;
+        for workers in held {
+            for w in workers {
+                w.shutdown(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    if runs_on("redis") {
+        // Redis: a server per size.
+        let small_redis = RedisServer::start_in_memory();
+        let large_redis = RedisServer::start_in_memory();
+        let small_q = redis_queue(&small_redis.url()).await;
+        let large_q = redis_queue(&large_redis.url()).await;
+        seed(&small_q, SMALL).await;
+        seed(&large_q, LARGE).await;
+        let held = [hold(&small_q).await, hold(&large_q).await];
+        let small = Dashboard::builder().redis(&small_redis.url()).router();
+        let large = Dashboard::builder().redis(&large_redis.url()).router();
+        write_once(&small).await;
+        write_once(&large).await;
+        compare("redis", &small, &large, &small_q, &large_q, &mut failures).await;
+        for workers in held {
+            for w in workers {
+                w.shutdown(Duration::from_millis(100)).await;
+            }
+        }
+        // Only the viewers' dashboard may read the store from here (each
+        // dashboard samples its queues every 5 s).
+        drop((small, large));
+        cold("redis", &small_redis.url(), &large_redis.url(), None).await;
+        redis_viewers(&large_redis, &large_q).await;
+        drop((small_q, large_q));
+        drop((small_redis, large_redis));
+    }
 
-    // PostgreSQL: a private server, a schema per size.
-    let pg = tokio::task::block_in_place(|| {
-        PgServer::start_with(|data| {
-            let conf = data.join("postgresql.conf");
-            let mut text = std::fs::read_to_string(&conf).unwrap();
-            text.push_str(
-                "\nshared_preload_libraries = 'pg_stat_statements'\n\
-                 fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n\
-                 shared_buffers = '512MB'\nmax_wal_size = '4GB'\n",
-            );
-            std::fs::write(conf, text).unwrap();
-        })
-    });
-    let url = pg.url();
-    let small_q = pg_queue(&url, "small").await;
-    let large_q = pg_queue(&url, "large").await;
-    seed(&small_q, SMALL).await;
-    seed(&large_q, LARGE).await;
-    tokio::task::block_in_place(|| pg.psql("VACUUM ANALYZE"));
-    let small = Dashboard::builder().postgres(&url, "small").router();
-    let large = Dashboard::builder().postgres(&url, "large").router();
-    compare(
-        "postgres",
-        &small,
-        &large,
-        &small_q,
-        &large_q,
-        &mut failures,
-    )
-    .await;
-    drop((small, large));
-    cold("postgres", &url, &url, Some(("small", "large"))).await;
-    pg_viewers(&pg, &large_q).await;
+    if runs_on("postgres") {
+        // PostgreSQL: a private server, a schema per size.
+        let pg = tokio::task::block_in_place(|| {
+            PgServer::start_with(|data| {
+                let conf = data.join("postgresql.conf");
+                let mut text = std::fs::read_to_string(&conf).unwrap();
+                text.push_str(
+                    "\nshared_preload_libraries = 'pg_stat_statements'\n\
+                     fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n\
+                     shared_buffers = '512MB'\nmax_wal_size = '4GB'\n",
+                );
+                std::fs::write(conf, text).unwrap();
+            })
+        });
+        let url = pg.url();
+        let small_q = pg_queue(&url, "small").await;
+        let large_q = pg_queue(&url, "large").await;
+        seed(&small_q, SMALL).await;
+        seed(&large_q, LARGE).await;
+        tokio::task::block_in_place(|| pg.psql("VACUUM ANALYZE"));
+        let held = [hold(&small_q).await, hold(&large_q).await];
+        let small = Dashboard::builder().postgres(&url, "small").router();
+        let large = Dashboard::builder().postgres(&url, "large").router();
+        write_once(&small).await;
+        write_once(&large).await;
+        compare(
+            "postgres",
+            &small,
+            &large,
+            &small_q,
+            &large_q,
+            &mut failures,
+        )
+        .await;
+        for workers in held {
+            for w in workers {
+                w.shutdown(Duration::from_millis(100)).await;
+            }
+        }
+        drop((small, large));
+        cold("postgres", &url, &url, Some(("small", "large"))).await;
+        pg_viewers(&pg, &large_q).await;
+    }
+    finish(failures);
+}
 
+/// One write through the dashboard, so that its audit log has a record
+/// to list.
+async fn write_once(router: &Router) {
+    let request = Request::builder()
+        .method("POST")
+        .uri("/api/queues/orders/resume")
+        .header("host", "127.0.0.1")
+        .header("origin", "http://127.0.0.1")
+        .body(Body::empty())
+        .unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+}
+
+fn finish(failures: Vec<String>) {
     if failures.is_empty() {
         println!("\nevery page at 1M within 2x of the same page at 1k");
     } else {
@@ -162,6 +309,11 @@ where
     Q::Error: std::fmt::Debug,
 {
     let started = Instant::now();
+    dead_letters(queue).await;
+    queue
+        .insert_with_id("order-0", &json!({"order": 0}), Duration::from_secs(3600))
+        .await
+        .unwrap();
     let span = 7200.0 / n as f64;
     let mut i = 0;
     while i < n {

@@ -2,10 +2,13 @@
 //! every queue of the Redis servers and PostgreSQL schemas it is given
 //! (found without being declared), and queues of this process's memory.
 //!
-//! One operations layer (list, counts, entries by state a page at a time,
-//! an entry, schedules, requeue, remove, clear the dead letters, pause,
-//! resume, run a schedule now, delete a schedule, a queue's key limits
-//! with what runs of each key, set or remove a limit) behind three faces:
+//! One operations layer (list, counts, entries by state a page at a time
+//! either way, an entry with its failed attempts and kept result,
+//! schedules, requeue (with a delay, in bulk), remove, cancel, clear the
+//! dead letters, pause, resume, run a schedule now, pause or delete a
+//! schedule, a queue's key limits with what runs of each key, set or
+//! remove a limit; a queue's health: its workers, its runs under way, its
+//! latency and its history per minute) behind three faces:
 //!
 //! - the command line, `punctual-admin` ([`cli::run`]), every read with
 //!   `--json`;
@@ -19,7 +22,9 @@
 //! read-only mode before anything else).
 //!
 //! Queues are opened as `serde_json::Value`s: the dashboard needs none of
-//! the application's types. What it reads costs the store a page at a
+//! the application's types. Every write made through any face is
+//! recorded in an audit log kept in the store it writes to (a hidden
+//! queue, `punctual-admin.audit`, 30 days). What it reads costs the store a page at a
 //! time, never a scan of a queue; a queue's counts are read at most once
 //! every 3 seconds however many people watch, and the list of queues once
 //! every 30 seconds.
