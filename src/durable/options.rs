@@ -286,7 +286,8 @@ pub struct KeyLimit {
 
 /// At most `max` deliveries begun within any `per` (a delivery begun
 /// exactly `per` ago no longer counts). Millisecond resolution; `per` is
-/// at least 1 ms.
+/// at least 1 ms, and a longer one than 2^52 ms (about 142,000 years, as
+/// `Duration::MAX`) is kept as that: "at most `max`, ever".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rate {
     /// Deliveries per period.
@@ -351,9 +352,10 @@ pub(crate) fn key_problem(key: &str) -> Option<String> {
     id_problem(key).map(|why| format!("a key follows the id rules: {why}"))
 }
 
-/// `d` in whole milliseconds, saturating.
+/// `d` in whole milliseconds, saturating at the longest span the stores
+/// keep (2^52 ms, about 142,000 years).
 fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+    super::ops::millis(d)
 }
 
 /// `at` in ms since the Unix epoch (0 before it), saturating.

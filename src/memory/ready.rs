@@ -177,6 +177,13 @@ impl Keys {
         true
     }
 
+    /// Whether `key` has a place for one more lease under its concurrency.
+    pub(crate) fn has_place(&self, key: &Arc<str>) -> bool {
+        self.limit(key)
+            .concurrency
+            .is_none_or(|most| self.held.get(key).copied().unwrap_or(0) < most)
+    }
+
     /// Deliveries of `key` begun in the last `per` ms (one begun exactly
     /// `per` ago no longer counts).
     fn begun_within(&self, key: &Arc<str>, now: u64, per: u64) -> u32 {

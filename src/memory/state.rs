@@ -907,6 +907,12 @@ impl State {
         if !self.holds(id, token) {
             return false;
         }
+        // A lease that ran out gave its key's place back: taken since by
+        // another entry of a key at its concurrency, it is not taken back.
+        let e = &self.entries[id];
+        if !e.held && e.group.as_ref().is_some_and(|g| !self.keys.has_place(g)) {
+            return false;
+        }
         moved.merge(self.ahead(until));
         let seq = self.entries[id].key.1;
         self.unready(id);

@@ -1772,10 +1772,11 @@ BEGIN
         RETURN;
     END IF;
     head := __SCHEMA__.next_after(p_queue, p_now);
-    -- When each key refused for its rate admits one more: `per` after the
-    -- oldest of its last `max` starts.
+    -- When each key refused for its rate, or whose rate this claim spent,
+    -- admits one more: `per` after the oldest of its last `max` starts.
     FOR v_i IN 1 .. coalesce(cardinality(k_names), 0) LOOP
-        IF k_state[v_i] = 'r' AND k_rate[v_i] > 0 THEN
+        IF k_rate[v_i] > 0 AND (k_state[v_i] = 'r'
+            OR (k_state[v_i] = 'a' AND k_begun[v_i] + k_taken[v_i] >= k_rate[v_i])) THEN
             v_open := (SELECT x FROM __SCHEMA__.key_starts s, unnest(s.starts) AS x
                        WHERE s.queue = p_queue AND s.key = k_names[v_i] AND x > p_now - k_per[v_i]
                        ORDER BY x DESC OFFSET k_rate[v_i] - 1 LIMIT 1) + k_per[v_i];
@@ -1989,17 +1990,34 @@ END $$;
 CREATE OR REPLACE FUNCTION __SCHEMA__.extend(p_queue text, p_channel text, p_lease bigint,
     p_ids text[], p_tokens text[]) RETURNS bigint[] LANGUAGE plpgsql AS $$
 DECLARE
-    v_end bigint := __SCHEMA__.now_ms() + p_lease;
-    v_old_head bigint := __SCHEMA__.next_after(p_queue, __SCHEMA__.now_ms());
+    v_now bigint := __SCHEMA__.now_ms();
+    v_end bigint := v_now + p_lease;
+    v_old_head bigint := __SCHEMA__.next_after(p_queue, v_now);
     v_held bigint[];
 BEGIN
     -- Locks the rows in id order first, as finish_all does (no deadlock).
     PERFORM 1 FROM __SCHEMA__.entries d
     WHERE d.queue = p_queue AND d.id = ANY (p_ids) ORDER BY d.id FOR UPDATE;
+    -- A lease that ran out gave its key's place back: the keys of those
+    -- are counted under the claims' lock of each key.
+    PERFORM pg_advisory_xact_lock(hashtext('__SCHEMA__ key'), hashtext(p_queue || '/' || k.key))
+    FROM (SELECT DISTINCT d.key FROM __SCHEMA__.entries d
+          WHERE d.queue = p_queue AND d.id = ANY (p_ids) AND d.key IS NOT NULL
+            AND d.run_at <= v_now ORDER BY d.key) k;
     WITH moved AS (
         UPDATE __SCHEMA__.entries d SET run_at = v_end
         FROM unnest(p_ids, p_tokens) WITH ORDINALITY AS o(id, token, ord)
         WHERE d.queue = p_queue AND d.id = o.id AND d.token = o.token
+          -- Taken since by another entry of a key at its concurrency, the
+          -- place is not taken back.
+          AND NOT (d.run_at <= v_now AND d.key IS NOT NULL AND coalesce(
+              (SELECT nullif(split_part(l.lim, ',', 1), '')::bigint
+               FROM __SCHEMA__.key_limits l
+               WHERE l.queue = p_queue AND l.key IN (d.key, '*')
+               ORDER BY l.key = '*' LIMIT 1), 9223372036854775807)
+            <= (SELECT count(*) FROM __SCHEMA__.entries h
+                WHERE h.queue = p_queue AND h.key = d.key AND h.token IS NOT NULL
+                  AND h.run_at > v_now))
         RETURNING o.ord
     )
     SELECT coalesce(array_agg(ord), '{}') INTO v_held FROM moved;

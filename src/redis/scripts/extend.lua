@@ -5,7 +5,8 @@
 -- Atomic: the lease checks and the moves run as one script. A lease end
 -- moved before the head is announced, like an insert. An entry with a key
 -- or a priority whose lease ran out and that a claim saw (reaped: its
--- place freed) holds its place again.
+-- place freed) holds its place again, unless its key is at its
+-- concurrency now (another entry took the place): that lease is lost.
 local e = ensure(LEASES, 'zset')
 if e then return e end
 local now = now_ms()
@@ -21,6 +22,17 @@ for i = 3, #ARGV, 2 do
     O = options()
     e = O.check_options()
     if e then return e end
+  end
+end
+-- A reaped entry whose key has no place left loses its lease.
+for i, entry in ipairs(entries) do
+  local id = ARGV[2 * i + 1]
+  if entry and entry.key and not redis.call('ZSCORE', HELD, id) then
+    local got = redis.call('HMGET', LIMITS, 'c:' .. entry.key, 'l:' .. entry.key, 'l:*')
+    local limit = O.parse_limit(got[2] or got[3])
+    if limit and limit.conc and (tonumber(got[1]) or 0) >= limit.conc then
+      entries[i] = false
+    end
   end
 end
 local out, moved = {}, false
