@@ -136,8 +136,16 @@ common::stores::on_every_store! {
                         let top = most.entry(name.clone()).or_default();
                         *top = (*top).max(*now);
                     }
+                    // A run stopped early (its lease lost on a loaded
+                    // machine) stops counting when its future is dropped.
+                    struct Leaves(Arc<Mutex<HashMap<String, usize>>>, String);
+                    impl Drop for Leaves {
+                        fn drop(&mut self) {
+                            *self.0.lock().unwrap().get_mut(&self.1).unwrap() -= 1;
+                        }
+                    }
+                    let _leaves = Leaves(running.clone(), name.clone());
                     tokio::time::sleep(ms(20)).await;
-                    *running.lock().unwrap().get_mut(&name).unwrap() -= 1;
                     done.fetch_add(1, Ordering::SeqCst);
                     Outcome::Done
                 }
