@@ -33,6 +33,7 @@ impl<T> PgQueue<T> {
                     .saturating_mul(10)
                     .clamp(Duration::from_millis(500), Duration::from_secs(30)),
                 finishes: inner.finishes.clone(),
+                pushes: std::sync::Arc::clone(&inner.pushes),
                 cancels: std::sync::Arc::clone(&inner.cancels),
             }
             .run(kicks, stop)

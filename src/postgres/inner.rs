@@ -11,7 +11,7 @@
 //! without counting the attempt.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqlx::pool::PoolConnection;
@@ -63,6 +63,26 @@ pub(crate) struct Inner {
     pub(crate) finishes: tokio::sync::broadcast::Sender<Arc<str>>,
     /// Counts the cancels of leased entries the listener hears of ('c').
     pub(crate) cancels: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Counts the finishes the listener heard of, each counted before it
+    /// is pushed to the waiters.
+    pub(crate) pushes: Arc<std::sync::atomic::AtomicU64>,
+    /// The lookups of `wait` under way, by id, each with the count of
+    /// pushes when it was sent: waiters of one id share one (see
+    /// `results.rs`).
+    pub(crate) lookups: Lock<std::collections::HashMap<String, Looking>>,
+}
+
+/// A lookup of `wait` under way: the count of pushes when it was sent, and
+/// its answer once it comes (`None` while it runs; the sender dropped if
+/// it failed or was given up).
+pub(crate) type Looking = (u64, tokio::sync::watch::Receiver<Option<Seen>>);
+
+/// What a lookup found, shared by the waiters of one id.
+#[derive(Debug, Clone)]
+pub(crate) enum Seen {
+    Finished(crate::durable::JobResult),
+    Live,
+    Unknown,
 }
 
 /// One entry of an insert: its id (`None`: made by the database), value,
@@ -218,6 +238,8 @@ impl Inner {
             keep,
             finishes: tokio::sync::broadcast::channel(1024).0,
             cancels: Arc::new(tokio::sync::watch::channel(0).0),
+            pushes: Arc::new(AtomicU64::new(0)),
+            lookups: Lock::new(std::collections::HashMap::new()),
             identity,
             name,
             pool,

@@ -4,7 +4,9 @@
 //! `sql/schema.sql` (`lookup`, `cancel`, `pause_schedule`, `page_newest`,
 //! the tables `results`, `workers`, `minutes`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, UNIX_EPOCH};
 
 use serde::de::DeserializeOwned;
@@ -12,11 +14,13 @@ use sqlx::Row as _;
 use sqlx::postgres::PgRow;
 
 use super::error::{Error, check_id};
-use super::inner::{call, cron_instants, millis};
+use super::inner::{Looking, Seen, call, cron_instants, millis};
 use super::queue::PgQueue;
 use crate::durable::health::Record;
 use crate::durable::results::{Lookup, Results};
 use crate::durable::{At, Cursor, EntryState, Finished, JobResult, MAX_PAGE, Minute, Page};
+use crate::lock::Lock;
+use tokio::sync::watch;
 
 /// `cancel`'s answer: the successor of a cancelled tick needs the cron
 /// instants of its schedule.
@@ -224,29 +228,55 @@ fn result_of(id: &str, row: &PgRow) -> Result<JobResult, Error> {
 impl<T: Send + Sync> Results for PgQueue<T> {
     type Failure = Error;
 
-    /// One statement: the kept result, or whether a live entry has the id;
-    /// while one does, the id is looked for (table `waits`), so that its
-    /// finish notifies it.
+    /// One statement (`lookup`): the kept result, or whether a live entry
+    /// has the id; while one does, the id is looked for (table `waits`), so
+    /// that its finish notifies it. The waiters of one id share a lookup
+    /// sent since the last push they may have heard: a push that wakes a
+    /// thousand waiters of one id costs one statement, not a thousand.
     async fn lookup(&self, id: &str) -> Result<Lookup, Error> {
         check_id(id)?;
         let inner = self.inner();
-        // Looked for a little longer than a waiter goes without looking.
-        let wait = millis(self.recheck_every()).saturating_add(5000);
-        let row = call!(inner, |conn| {
-            sqlx::query(&inner.sql.lookup)
-                .bind(&inner.name)
-                .bind(id)
-                .bind(wait)
-                .fetch_one(conn)
-        })?;
-        if row.try_get::<Option<String>, _>("state")?.is_some() {
-            return Ok(Lookup::Finished(result_of(id, &row)?));
+        // A lookup sent after the count read here sees every finish pushed
+        // before (the listener counts a push before it sends it, and hears
+        // it after the finish committed).
+        let pushed = inner.pushes.load(Ordering::SeqCst);
+        let leading = {
+            let mut lookups = inner.lookups.lock();
+            match lookups.get(id) {
+                Some((sent, answer)) if *sent >= pushed => Err(answer.clone()),
+                _ => {
+                    let (tell, answer) = watch::channel(None);
+                    lookups.insert(id.to_owned(), (pushed, answer.clone()));
+                    Ok(Leading {
+                        lookups: &inner.lookups,
+                        id,
+                        mine: answer,
+                        tell,
+                    })
+                }
+            }
+        };
+        match leading {
+            Ok(leading) => {
+                let seen = self.look(id).await;
+                if let Ok(seen) = &seen {
+                    leading.tell.send_replace(Some(seen.clone()));
+                }
+                seen.map(lookup_of)
+            }
+            Err(mut answer) => {
+                let shared = answer
+                    .wait_for(Option::is_some)
+                    .await
+                    .ok()
+                    .and_then(|seen| seen.clone());
+                match shared {
+                    Some(seen) => Ok(lookup_of(seen)),
+                    // Its lookup failed or was given up: look alone.
+                    None => self.look(id).await.map(lookup_of),
+                }
+            }
         }
-        Ok(if row.try_get("live")? {
-            Lookup::Live
-        } else {
-            Lookup::Unknown
-        })
     }
 
     /// The ids the handle's `LISTEN` task hears finish (it starts here if
@@ -261,5 +291,58 @@ impl<T: Send + Sync> Results for PgQueue<T> {
     /// that.
     fn recheck_every(&self) -> Duration {
         self.inner().poll_interval
+    }
+}
+
+impl<T: Send + Sync> PgQueue<T> {
+    /// One `lookup` statement of `wait`.
+    async fn look(&self, id: &str) -> Result<Seen, Error> {
+        let inner = self.inner();
+        // Looked for a little longer than a waiter goes without looking.
+        let wait = millis(self.recheck_every()).saturating_add(5000);
+        let row = call!(inner, |conn| {
+            sqlx::query(&inner.sql.lookup)
+                .bind(&inner.name)
+                .bind(id)
+                .bind(wait)
+                .fetch_one(conn)
+        })?;
+        if row.try_get::<Option<String>, _>("state")?.is_some() {
+            return Ok(Seen::Finished(result_of(id, &row)?));
+        }
+        Ok(if row.try_get("live")? {
+            Seen::Live
+        } else {
+            Seen::Unknown
+        })
+    }
+}
+
+fn lookup_of(seen: Seen) -> Lookup {
+    match seen {
+        Seen::Finished(result) => Lookup::Finished(result),
+        Seen::Live => Lookup::Live,
+        Seen::Unknown => Lookup::Unknown,
+    }
+}
+
+/// The lookup of an id that other waiters of it may share: once answered,
+/// or given up (dropped), it is no longer offered to them.
+struct Leading<'a> {
+    lookups: &'a Lock<HashMap<String, Looking>>,
+    id: &'a str,
+    mine: watch::Receiver<Option<Seen>>,
+    tell: watch::Sender<Option<Seen>>,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        let mut lookups = self.lookups.lock();
+        if lookups
+            .get(self.id)
+            .is_some_and(|(_, answer)| answer.same_channel(&self.mine))
+        {
+            lookups.remove(self.id);
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! cancelled).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -22,6 +23,9 @@ pub(crate) struct Listener {
     /// it (and the longest wait for that answer).
     pub(crate) ping_after: Duration,
     pub(crate) finishes: broadcast::Sender<Arc<str>>,
+    /// Counted before each push of `finishes`: a lookup sent after the
+    /// count moved sees the finish pushed.
+    pub(crate) pushes: Arc<AtomicU64>,
     pub(crate) cancels: Arc<watch::Sender<u64>>,
 }
 
@@ -39,6 +43,7 @@ impl Listener {
         };
         let heard = |payload: &str| match payload.as_bytes().first() {
             Some(b'f') => {
+                self.pushes.fetch_add(1, Ordering::SeqCst);
                 let _ = self.finishes.send(Arc::from(&payload[1..]));
             }
             Some(b'c') => cancelled(),
