@@ -9,6 +9,10 @@
 -- Times are milliseconds since the Unix epoch on the database's clock
 -- (`clock_timestamp()`, read once per call).
 --
+-- Notifications on a queue's channel: the new head's due time (an
+-- insert, a retry, ... see announce); 'f<id>': entry `id` finished and a
+-- wait looks for it (see waits); 'c': a leased entry was cancelled.
+--
 -- An entry is one row of `entries`:
 --   run_at   due time while pending; end of the lease while leased (due
 --            again once it passes); NULL while dead
@@ -30,6 +34,14 @@
 --   unique_ms  how long its id stays taken after it finishes (acked,
 --            removed; a dead letter removed, cleared or trimmed): a row of
 --            `uniques` until then
+--   trace    the inserting span's trace context, handed out with each claim
+--   errors   its last failed attempts (JSON [[attempt, at, reason], ...],
+--            oldest first, at most 10), kept as it dies, cleared at requeue
+--   schedule a dead tick's schedule (on its '<name>@<instant>' copy)
+-- A paused schedule's pending tick is *parked*: its `run_at` is parked(),
+-- past every real time, and its instant stays in `tick`.
+-- A worker's claims carry a token '<worker id> <token>': a leased entry's
+-- holder is read from its token.
 -- An entry with a key or a priority other than 0 is *special*: claims and
 -- reads find the plain entries (no key, priority 0) by `entries_plain` and
 -- the special ones by their own indexes, so a queue without keys or
