@@ -128,8 +128,12 @@ async fn results_history_and_paused_schedules_survive_a_kill_9_and_restart() {
         "a parked tick keeps its instant: {info:?}"
     );
     // A dead letter's errors survive too.
-    let dead = q.entry(&dead).await.unwrap().unwrap();
-    assert_eq!(dead.errors.len(), 1);
+    let info = q.entry(&dead).await.unwrap().unwrap();
+    assert_eq!(info.errors.len(), 1);
+    // Requeued, its result is gone: its next finish is the one to wait for.
+    assert_eq!(q.requeue_all_dead(HOUR).await.unwrap(), 1);
+    assert_eq!(q.result(&dead).await.unwrap(), None);
+    assert!(q.entry(&dead).await.unwrap().unwrap().errors.is_empty());
 }
 
 /// A schema of VERSION 7 (no results, waits, cancels, workers or minutes;

@@ -2709,17 +2709,17 @@ BEGIN
         FROM (SELECT d.id FROM __SCHEMA__.entries d
               WHERE d.queue = p_queue AND d.run_at IS NULL
               ORDER BY d.died_at, d.seq FOR UPDATE) AS x
+    ), moved AS (
+        UPDATE __SCHEMA__.entries e SET run_at = v_at, seq = dead.seq, attempt = 0,
+            deadline = NULL, reason = NULL, died_at = NULL, errors = NULL
+        FROM dead WHERE e.queue = p_queue AND e.id = dead.id
+        RETURNING e.id
+    ), forgot AS (
+        -- Their next finishes are the ones to wait for.
+        DELETE FROM __SCHEMA__.results r USING moved m
+        WHERE r.queue = p_queue AND r.id = m.id
     )
-    UPDATE __SCHEMA__.entries e SET run_at = v_at, seq = dead.seq, attempt = 0,
-        deadline = NULL, reason = NULL, died_at = NULL, errors = NULL
-    FROM dead WHERE e.queue = p_queue AND e.id = dead.id;
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    IF v_n > 0 THEN
-        DELETE FROM __SCHEMA__.results r
-        USING __SCHEMA__.entries e
-        WHERE e.queue = p_queue AND e.run_at = v_at AND e.attempt = 0 AND r.queue = p_queue
-          AND r.id = e.id;
-    END IF;
+    SELECT count(*) INTO v_n FROM moved;
     IF v_n > 0 THEN
         PERFORM __SCHEMA__.announce(p_channel, v_at, v_old_head);
     END IF;
