@@ -1203,7 +1203,7 @@ DECLARE
     v_unique_ms bigint[];
     v_keys text[];
     v_one record;
-    v_keep bigint := __SCHEMA__.keep_ms();
+    v_keep bigint := coalesce(nullif(current_setting('punctual.keep', true), '')::bigint, 0);
     v_acked_ids text[];
 BEGIN
     results := array_fill(NULL::integer, ARRAY[v_n]);
@@ -1219,33 +1219,52 @@ BEGIN
     -- Plain acks: entries that are not ticks, deleted together (then the
     -- unique windows of those that have one, and the places of keys they
     -- held: see freed).
-    -- (An ack's output, JSON or '', comes in its `p_reasons`; its result
-    -- is kept in the same statement, for keep_ms().)
-    WITH acked AS (
-        DELETE FROM __SCHEMA__.entries d
-        USING unnest(p_kinds, p_ids, p_tokens, p_reasons) WITH ORDINALITY
-            AS o(kind, id, token, output, ord)
-        WHERE o.kind = 'a' AND d.queue = p_queue AND d.id = o.id AND d.token = o.token
-          AND d.tick IS NULL
-        RETURNING o.ord, d.id, d.unique_ms, CASE WHEN d.run_at > p_now THEN d.key END AS key,
-            d.attempt, o.output
-    ), kept AS (
-        INSERT INTO __SCHEMA__.results AS r (queue, id, state, at, attempts, output, until)
-        SELECT p_queue, a.id, 'd', p_now, a.attempt, nullif(a.output, ''), p_now + v_keep
-        FROM acked a WHERE v_keep > 0
-        ON CONFLICT (queue, id) DO UPDATE SET state = excluded.state, at = excluded.at,
-            attempts = excluded.attempts, output = excluded.output, reason = NULL,
-            until = excluded.until
-    )
-    SELECT coalesce(array_agg(a.ord), '{}'),
-           array_agg(a.id) FILTER (WHERE a.unique_ms IS NOT NULL),
-           array_agg(a.unique_ms) FILTER (WHERE a.unique_ms IS NOT NULL),
-           array_agg(a.key) FILTER (WHERE a.key IS NOT NULL), array_agg(a.id)
-    INTO v_acked, v_unique_ids, v_unique_ms, v_keys, v_acked_ids FROM acked a;
-    IF cardinality(v_acked) > 0 THEN
-        IF v_keep > 0 THEN
+    IF v_keep > 0 THEN
+        -- (An ack's output, JSON or '', comes in its `p_reasons`; its result
+        -- is kept in the same statement.)
+        WITH acked AS (
+            DELETE FROM __SCHEMA__.entries d
+            USING unnest(p_kinds, p_ids, p_tokens, p_reasons) WITH ORDINALITY
+                AS o(kind, id, token, output, ord)
+            WHERE o.kind = 'a' AND d.queue = p_queue AND d.id = o.id AND d.token = o.token
+              AND d.tick IS NULL
+            RETURNING o.ord, d.id, d.unique_ms,
+                CASE WHEN d.run_at > p_now THEN d.key END AS key, d.attempt, o.output
+        ), kept AS (
+            INSERT INTO __SCHEMA__.results AS r (queue, id, state, at, attempts, output, until)
+            SELECT p_queue, a.id, 'd', p_now, a.attempt, nullif(a.output, ''), p_now + v_keep
+            FROM acked a
+            ON CONFLICT (queue, id) DO UPDATE SET state = excluded.state, at = excluded.at,
+                attempts = excluded.attempts, output = excluded.output, reason = NULL,
+                until = excluded.until
+        )
+        SELECT coalesce(array_agg(a.ord), '{}'),
+               array_agg(a.id) FILTER (WHERE a.unique_ms IS NOT NULL),
+               array_agg(a.unique_ms) FILTER (WHERE a.unique_ms IS NOT NULL),
+               array_agg(a.key) FILTER (WHERE a.key IS NOT NULL), array_agg(a.id)
+        INTO v_acked, v_unique_ids, v_unique_ms, v_keys, v_acked_ids FROM acked a;
+        IF cardinality(v_acked) > 0 THEN
             PERFORM __SCHEMA__.expire_results(p_queue, p_now);
         END IF;
+    ELSE
+        -- Results not kept: the delete as it was before they existed.
+        WITH acked AS (
+            DELETE FROM __SCHEMA__.entries d
+            USING unnest(p_kinds, p_ids, p_tokens) WITH ORDINALITY AS o(kind, id, token, ord)
+            WHERE o.kind = 'a' AND d.queue = p_queue AND d.id = o.id AND d.token = o.token
+              AND d.tick IS NULL
+            RETURNING o.ord, d.id, d.unique_ms,
+                CASE WHEN d.run_at > p_now THEN d.key END AS key
+        )
+        SELECT coalesce(array_agg(a.ord), '{}'),
+               array_agg(a.id) FILTER (WHERE a.unique_ms IS NOT NULL),
+               array_agg(a.unique_ms) FILTER (WHERE a.unique_ms IS NOT NULL),
+               array_agg(a.key) FILTER (WHERE a.key IS NOT NULL), array_agg(a.id)
+        INTO v_acked, v_unique_ids, v_unique_ms, v_keys, v_acked_ids FROM acked a;
+    END IF;
+    -- Waiters are told of the ids they look for (one probe: none, mostly).
+    IF cardinality(v_acked) > 0
+       AND EXISTS (SELECT 1 FROM __SCHEMA__.waits w WHERE w.queue = p_queue) THEN
         PERFORM __SCHEMA__.push_finished(p_queue, p_channel, v_acked_ids);
     END IF;
     IF v_unique_ids IS NOT NULL THEN
