@@ -222,6 +222,8 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.waits (
     until bigint NOT NULL,
     PRIMARY KEY (queue, id)
 );
+-- Whether a wait is under way on the queue: one probe past the lapsed.
+CREATE INDEX IF NOT EXISTS waits_until ON __SCHEMA__.waits (queue, until);
 
 -- Leases revoked by `cancel`: the holder's next extension of (id, token)
 -- says Cancelled rather than Lost, until `until` (its lease end then, and
@@ -453,7 +455,8 @@ END $$;
 CREATE OR REPLACE FUNCTION __SCHEMA__.push_finished(p_queue text, p_channel text, p_ids text[])
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM __SCHEMA__.waits w WHERE w.queue = p_queue) THEN
+    IF EXISTS (SELECT 1 FROM __SCHEMA__.waits w
+               WHERE w.queue = p_queue AND w.until > __SCHEMA__.now_ms()) THEN
         PERFORM pg_notify(p_channel, 'f' || w.id) FROM __SCHEMA__.waits w
         WHERE w.queue = p_queue AND w.id = ANY (p_ids);
     END IF;
@@ -1264,7 +1267,8 @@ BEGIN
     END IF;
     -- Waiters are told of the ids they look for (one probe: none, mostly).
     IF cardinality(v_acked) > 0
-       AND EXISTS (SELECT 1 FROM __SCHEMA__.waits w WHERE w.queue = p_queue) THEN
+       AND EXISTS (SELECT 1 FROM __SCHEMA__.waits w
+                   WHERE w.queue = p_queue AND w.until > p_now) THEN
         PERFORM __SCHEMA__.push_finished(p_queue, p_channel, v_acked_ids);
     END IF;
     IF v_unique_ids IS NOT NULL THEN
