@@ -4,7 +4,6 @@
 
 mod common;
 
-#[allow(unused_imports)] // (some are for the durable stores' bodies, off for now)
 use common::wait::{
     HOUR, OpenInParent, WAIT, child_command, child_role, eventually, finish, ms, wall, within,
 };
@@ -14,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-common::stores::on_memory_store! {
+common::stores::on_memory_and_pg! {
     /// A worker appears in `workers()` from its start, with its name, host,
     /// process, places and the runs it has under way (each with when it
     /// began, by the store's clock); a leased entry names it; it is gone
@@ -205,8 +204,6 @@ common::stores::on_memory_store! {
     }
 }
 
-// Redis and PostgreSQL keep no worker records yet.
-#[cfg(any())]
 common::stores::on_durable_stores! {
     /// The child side of the SIGKILL test: a worker that registers and
     /// waits.

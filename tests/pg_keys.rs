@@ -393,7 +393,7 @@ async fn a_schema_at_version_6_migrates_to_7_with_its_entries() {
     ));
 
     let q = open(&db, &schema, "old").await;
-    assert_eq!(db.psql(&format!("SELECT max(version) FROM {s}.meta")), "7");
+    assert_eq!(db.psql(&format!("SELECT max(version) FROM {s}.meta")), "8");
     let stats = q.stats().await.unwrap();
     assert_eq!(
         (stats.pending, stats.due, stats.leased, stats.dead),

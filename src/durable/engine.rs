@@ -356,9 +356,10 @@ where
             if let Some(grace_over) = self.stopping {
                 let settled =
                     self.runs.is_empty() && self.finished.is_empty() && self.requests.is_empty();
-                if settled || now >= deadline_after(grace_over, ANSWER_AFTER) {
+                if !settled && now >= deadline_after(grace_over, ANSWER_AFTER) {
                     // What is still on its way goes on in the background; a
                     // handler that could not be dropped keeps its lease.
+                    // (Settled, it answers once it has left: see below.)
                     self.answer.send_replace(true);
                 }
                 let give_up = deadline_after(grace_over.max(self.last_end), STOP_WAIT);
@@ -473,6 +474,9 @@ where
             let _ = tokio::time::timeout(STOP_WAIT, flush).await;
         }
         let _ = tokio::time::timeout(STOP_WAIT, self.queue.leave(&self.worker)).await;
+        // A store across a network takes a round trip to forget the worker:
+        // `shutdown` returns once it is no longer listed.
+        self.answer.send_replace(true);
     }
 
     /// Starts prefetched entries while places are free. One whose lease may

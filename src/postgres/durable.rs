@@ -8,13 +8,38 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use super::error::Error;
+use super::inner::call;
 use super::inner::{Attempt, Claimed, Held, Op};
 use super::queue::PgQueue;
 use super::wait::Listener;
-use crate::durable::store::{Applied, Batch, Finish, Sealed, Taken, record_delivered};
+use crate::durable::health::Record;
+use crate::durable::store::{Applied, Batch, Extended, Finish, Sealed, Taken, record_delivered};
 use crate::durable::wait::Waiter;
 
 crate::durable::durable_by_inherent_methods!(PgQueue);
+
+impl<T> PgQueue<T> {
+    /// Starts the handle's `LISTEN` task, once: kicks for its consumers,
+    /// finishes for `wait`, cancels for its workers.
+    pub(crate) fn listen(&self) {
+        let inner = self.inner();
+        inner.waiter.listen(|kicks, stop| {
+            Listener {
+                pool: inner.pool.clone(),
+                channel: inner.channel.clone(),
+                queue: inner.name.clone(),
+                ping_after: inner
+                    .poll_interval
+                    .saturating_mul(10)
+                    .clamp(Duration::from_millis(500), Duration::from_secs(30)),
+                finishes: inner.finishes.clone(),
+                pushes: std::sync::Arc::clone(&inner.pushes),
+                cancels: std::sync::Arc::clone(&inner.cancels),
+            }
+            .run(kicks, stop)
+        });
+    }
+}
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue<T> {
     type Value = T;
@@ -65,20 +90,60 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue
     }
 
     fn kicks(&self) -> watch::Receiver<u64> {
-        let inner = self.inner();
-        inner.waiter.listen(|kicks, stop| {
-            Listener {
-                pool: inner.pool.clone(),
-                channel: inner.channel.clone(),
-                queue: inner.name.clone(),
-                ping_after: inner
-                    .poll_interval
-                    .saturating_mul(10)
-                    .clamp(Duration::from_millis(500), Duration::from_secs(30)),
+        self.listen();
+        self.inner().waiter.kicks()
+    }
+
+    async fn extend_marked(
+        &self,
+        leases: &[Held],
+        lease: Duration,
+    ) -> Result<Vec<Extended>, Error> {
+        self.inner().beat(leases, lease, None).await
+    }
+
+    fn cancels(&self) -> Option<watch::Receiver<u64>> {
+        self.listen();
+        Some(self.inner().cancels.subscribe())
+    }
+
+    async fn beat(
+        &self,
+        leases: &[Held],
+        lease: Duration,
+        record: &str,
+    ) -> Result<Vec<Extended>, Error> {
+        match Record::from_json(record) {
+            Some(parsed) => {
+                self.inner()
+                    .beat(leases, lease, Some((&parsed.id, record, parsed.every_ms)))
+                    .await
             }
-            .run(kicks, stop)
-        });
-        inner.waiter.kicks()
+            None if leases.is_empty() => Ok(Vec::new()),
+            None => self.inner().beat(leases, lease, None).await,
+        }
+    }
+
+    async fn leave(&self, worker: &str) -> Result<(), Error> {
+        let inner = self.inner();
+        call!(inner, |conn| {
+            sqlx::query(&inner.sql.leave)
+                .bind(&inner.name)
+                .bind(worker)
+                .execute(conn)
+        })?;
+        Ok(())
+    }
+
+    async fn claim_for(
+        &self,
+        attempt: &mut Attempt,
+        max: usize,
+        finished: &[Finish<Held>],
+        worker: &str,
+    ) -> Result<Batch<T, Held>, Error> {
+        attempt.name_worker(worker);
+        self.claim(attempt, max, finished).await
     }
 
     fn is_transient(error: &Error) -> bool {
@@ -109,6 +174,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue
                 bury,
                 key,
                 priority,
+                trace,
             } = item;
             match crate::durable::ops::decode::<T>(bury, Some(json.as_bytes())) {
                 Ok(value) => taken.push(Taken {
@@ -120,7 +186,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for PgQueue
                     lease_until,
                     key,
                     priority,
-                    trace: None,
+                    trace,
                     lease: held,
                 }),
                 Err(refused) => {

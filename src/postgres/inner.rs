@@ -11,7 +11,7 @@
 //! without counting the attempt.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqlx::pool::PoolConnection;
@@ -24,7 +24,7 @@ use super::sql::Statements;
 use crate::durable::batch::Batcher;
 pub(crate) use crate::durable::ops::{Held, Op, cron_instants};
 use crate::durable::ops::{OpResult, Releases, Retention, Tick, pending_where_unsettled, settle};
-use crate::durable::store::Applied;
+use crate::durable::store::{Applied, Extended};
 use crate::durable::wait::Waiter;
 use crate::lock::Lock;
 use crate::queue::deadline_after;
@@ -55,6 +55,34 @@ pub(crate) struct Inner {
     in_doubt: Lock<Vec<Op>>,
     /// Single inserts made at the same time, sent as one statement.
     pub(crate) inserts: Arc<Batcher<Put, (bool, String), Failed>>,
+    /// How long the results of entries that finish through this handle
+    /// are kept, in ms (0: none).
+    pub(crate) keep: i64,
+    /// The ids of finished entries that a `wait` of this schema looks for,
+    /// as the listener hears them ('f<id>').
+    pub(crate) finishes: tokio::sync::broadcast::Sender<Arc<str>>,
+    /// Counts the cancels of leased entries the listener hears of ('c').
+    pub(crate) cancels: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Counts the finishes the listener heard of, each counted before it
+    /// is pushed to the waiters.
+    pub(crate) pushes: Arc<std::sync::atomic::AtomicU64>,
+    /// The lookups of `wait` under way, by id, each with the count of
+    /// pushes when it was sent: waiters of one id share one (see
+    /// `results.rs`).
+    pub(crate) lookups: Lock<std::collections::HashMap<String, Looking>>,
+}
+
+/// A lookup of `wait` under way: the count of pushes when it was sent, and
+/// its answer once it comes (`None` while it runs; the sender dropped if
+/// it failed or was given up).
+pub(crate) type Looking = (u64, tokio::sync::watch::Receiver<Option<Seen>>);
+
+/// What a lookup found, shared by the waiters of one id.
+#[derive(Debug, Clone)]
+pub(crate) enum Seen {
+    Finished(crate::durable::JobResult),
+    Live,
+    Unknown,
 }
 
 /// One entry of an insert: its id (`None`: made by the database), value,
@@ -65,6 +93,8 @@ pub(crate) struct Put {
     pub(crate) json: String,
     pub(crate) absolute: bool,
     pub(crate) ms: i64,
+    /// The inserting span's trace context.
+    pub(crate) trace: Option<String>,
 }
 
 /// Why an insert of a batch did not apply.
@@ -98,7 +128,11 @@ struct OpArrays {
 }
 
 impl OpArrays {
-    fn push(&mut self, op: Op) {
+    fn push(&mut self, mut op: Op) {
+        if op.kind == "a" {
+            // An ack's output rides in its reason (an ack has none).
+            op.reason = op.output.take().unwrap_or_default();
+        }
         self.kinds.push(op.kind);
         self.ids.push(op.id);
         self.tokens.push(op.token.to_string());
@@ -128,6 +162,8 @@ pub(crate) struct Claimed {
     /// The key whose limits it runs under.
     pub(crate) key: Option<String>,
     pub(crate) priority: i16,
+    /// The inserting span's trace context.
+    pub(crate) trace: Option<String>,
 }
 
 /// The answer of a claim.
@@ -164,6 +200,22 @@ impl Attempt {
             from: 0,
         }
     }
+
+    /// Makes the token of this attempt's next claims name worker
+    /// `worker` (`<worker> <token>`: an entry's holder is read from its
+    /// lease), unless a sending may still be on its way (it keeps its
+    /// token).
+    pub(crate) fn name_worker(&mut self, worker: &str) {
+        if self.in_doubt || self.token.starts_with(&format!("{worker} ")) {
+            return;
+        }
+        self.token = Arc::from(format!("{worker} {}", crate::durable::store::new_token()));
+    }
+}
+
+/// The worker named by a lease's token, if its claim was a worker's.
+pub(crate) fn worker_of(token: &str) -> Option<&str> {
+    token.split_once(' ').map(|(worker, _)| worker)
 }
 
 impl Inner {
@@ -181,7 +233,13 @@ impl Inner {
         poll_interval: Duration,
         response_timeout: Duration,
     ) -> Inner {
+        let keep = millis(retention.keep_results);
         Inner {
+            keep,
+            finishes: tokio::sync::broadcast::channel(1024).0,
+            cancels: Arc::new(tokio::sync::watch::channel(0).0),
+            pushes: Arc::new(AtomicU64::new(0)),
+            lookups: Lock::new(std::collections::HashMap::new()),
             identity,
             name,
             pool,
@@ -268,6 +326,7 @@ impl Inner {
                 .bind(&arrays.reasons)
                 .bind(&arrays.cands)
                 .bind(&self.dead)
+                .bind(self.keep)
                 .fetch_one(conn)
         });
         let row = match reply {
@@ -348,6 +407,7 @@ impl Inner {
                 .bind(&arrays.reasons)
                 .bind(&arrays.cands)
                 .bind(&self.dead)
+                .bind(self.keep)
                 .fetch_one(conn)
         })?;
         let released = releases.map_or(0, Releases::sent);
@@ -376,6 +436,50 @@ impl Inner {
         Ok(ends
             .into_iter()
             .map(|end| (end > 0).then(|| system_time(end)))
+            .collect())
+    }
+
+    /// A worker's heartbeat (`beat` in `sql/schema.sql`): refreshes its
+    /// `record` and extends `held` to now + `lease`, telling a lease lost
+    /// to a cancel from one lost otherwise.
+    pub(crate) async fn beat(
+        &self,
+        held: &[Held],
+        lease: Duration,
+        record: Option<(&str, &str, u64)>,
+    ) -> Result<Vec<Extended>, Error> {
+        let ids: Vec<&str> = held.iter().map(|h| h.id.as_str()).collect();
+        let tokens: Vec<&str> = held.iter().map(|h| &*h.token).collect();
+        let ends: Vec<i64> = match record {
+            Some((worker, record, every)) => call!(self, |conn| {
+                sqlx::query_scalar(&self.sql.beat)
+                    .bind(&self.name)
+                    .bind(&self.channel)
+                    .bind(millis(lease))
+                    .bind(&ids)
+                    .bind(&tokens)
+                    .bind(worker)
+                    .bind(record)
+                    .bind(i64::try_from(every).unwrap_or(i64::MAX))
+                    .fetch_one(conn)
+            })?,
+            None => call!(self, |conn| {
+                sqlx::query_scalar(&self.sql.extend)
+                    .bind(&self.name)
+                    .bind(&self.channel)
+                    .bind(millis(lease))
+                    .bind(&ids)
+                    .bind(&tokens)
+                    .fetch_one(conn)
+            })?,
+        };
+        Ok(ends
+            .into_iter()
+            .map(|end| match end {
+                end if end > 0 => Extended::Held,
+                -1 => Extended::Cancelled,
+                _ => Extended::Lost,
+            })
             .collect())
     }
 }
@@ -407,6 +511,8 @@ fn claimed(row: &PgRow, token: &Arc<str>) -> Result<Vec<Claimed>, Error> {
     let whys: Vec<Option<String>> = row.try_get("whys")?;
     let keys: Vec<Option<String>> = row.try_get("keys")?;
     let priorities: Vec<i16> = row.try_get("priorities")?;
+    let mut traces: Vec<Option<String>> = row.try_get("traces")?;
+    traces.resize(ids.len(), None);
     Ok(ids
         .into_iter()
         .zip(values)
@@ -415,9 +521,12 @@ fn claimed(row: &PgRow, token: &Arc<str>) -> Result<Vec<Claimed>, Error> {
         .zip(lease_ends)
         .zip(recs)
         .zip(whys)
-        .zip(keys.into_iter().zip(priorities))
+        .zip(keys.into_iter().zip(priorities).zip(traces))
         .map(
-            |(((((((id, json), attempt), deadline), lease_end), rec), why), (key, priority))| {
+            |(
+                ((((((id, json), attempt), deadline), lease_end), rec), why),
+                ((key, priority), trace),
+            )| {
                 Claimed {
                     held: Held {
                         id,
@@ -434,6 +543,7 @@ fn claimed(row: &PgRow, token: &Arc<str>) -> Result<Vec<Claimed>, Error> {
                     bury: why,
                     key,
                     priority,
+                    trace,
                 }
             },
         )
@@ -489,11 +599,13 @@ impl Inner {
         let mut values = Vec::with_capacity(puts.len());
         let mut absolute = Vec::with_capacity(puts.len());
         let mut ms = Vec::with_capacity(puts.len());
+        let mut traces = Vec::with_capacity(puts.len());
         for put in &puts {
             ids.push(put.id.as_deref());
             values.push(put.json.as_str());
             absolute.push(put.absolute);
             ms.push(put.ms);
+            traces.push(put.trace.as_deref());
         }
         let made: Result<Vec<Option<String>>, Error> = async {
             call!(self, |conn| {
@@ -504,7 +616,8 @@ impl Inner {
                     .bind(&values)
                     .bind(&absolute)
                     .bind(&ms)
-                    .fetch_all(conn)
+                    .bind(&traces)
+                    .fetch_one(conn)
             })
         }
         .await;

@@ -28,6 +28,50 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Results, wait and cancel
+//!
+//! A result is a row of `results` written by the statement of the finish
+//! it records (the delete of acked entries, the move to the dead letters,
+//! the cancel), for the handle's `keep_results` (none without it: nothing
+//! is written); a row past its `until` is not read, and the statements that
+//! write results delete a few of those each. Requeuing a dead letter
+//! deletes its result.
+//!
+//! [`wait`](PgQueue::wait) looks up the id in one statement (the result,
+//! or whether a live entry has it), which also records in `waits` that the
+//! id is looked for; a finish of such an id notifies `f<id>` on the queue's
+//! channel, heard by the handle's one `LISTEN` connection and pushed to
+//! every waiter of the handle (one lookup answers every waiter of an id).
+//! A finish looks at `waits` with one index probe and notifies nothing
+//! while no one waits. A push lost (the listener reconnecting, or a finish
+//! committed beside the lookup that recorded the wait) costs at most the
+//! poll interval.
+//!
+//! [`cancel`](PgQueue::cancel) deletes the entry at once, pending, due or
+//! leased, and keeps its result `Cancelled`: a holder's ack, retry or
+//! extension finds no lease (`Ok(false)`), and a row of `cancels` tells its
+//! next extension that it was cancelled; the statement notifies `c`, on
+//! which every worker of the queue extends at once, so a running handler
+//! learns of it within a round trip. A tick's cancel places its successor
+//! as its ack would: the schedule goes on. A cancel and an ack of the same
+//! entry lock its row: one of them finds it, the other does not.
+//!
+//! # Health
+//!
+//! A worker refreshes its record (a row of `workers`) with each heartbeat,
+//! in the statement that extends its leases (`beat`), and leaves a
+//! tombstone at shutdown; its claims name it in their token, so a leased
+//! entry's [`EntryInfo::worker`](crate::durable::EntryInfo) and
+//! `started_at` (the claim's time) come with the entry's row. The
+//! per-minute history is one upsert per statement that inserts or
+//! finishes, in a row of the writing backend, so no transaction waits for
+//! another's counts; rows older than a day are deleted as new ones come.
+//! [`latency`](PgQueue::latency) is the queue's head (one index probe of
+//! the plain entries, one of the special ones) if it is due. A paused
+//! schedule's pending tick is parked past every real time (no claim
+//! reaches it; its instant is kept), and put back at its instant when
+//! resumed.
+//!
 //! # Transactions
 //!
 //! An entry inserted with [`insert_in`](PgQueue::insert_in) exists if and
@@ -163,9 +207,27 @@
 //! | `<schema>.key_limits` | one key's limit (`*`: the default) | `queue`, `key` (primary key); `lim` (`<concurrency>,<rate max>,<rate per ms>`, each empty for no bound) |
 //! | `<schema>.key_starts` | the recent starts of a key with a rate | `queue`, `key` (primary key); `starts` (ms, ascending: at most the rate's `max`, none older than its `per` when written) |
 //! | `<schema>.uniques` | an id kept taken after its entry finished | `queue`, `id` (primary key); `until` (ms) |
+//! | `<schema>.results` | what became of a finished entry, for `keep_results` | `queue`, `id` (primary key); `state` (`d` done, `x` dead, `c` cancelled); `at` (ms); `attempts`; `output` (JSON, or `NULL`); `reason`; `until` (ms: not read after it) |
+//! | `<schema>.waits` | an id a [`wait`](PgQueue::wait) looks for | `queue`, `id` (primary key); `until` (ms) |
+//! | `<schema>.cancels` | a lease revoked by [`cancel`](PgQueue::cancel), for its holder's next extension | `queue`, `id` (primary key); `token`; `until` (ms) |
+//! | `<schema>.workers` | a worker's record | `queue`, `id` (primary key); `record` (JSON); `first`, `last` (ms: first and last heard of); `expires` (ms: three refresh periods after `last`); `gone` (shut down: kept a minute) |
+//! | `<schema>.minutes` | the counts of one minute, by the backend that wrote them | `queue`, `at` (ms), `shard` (backend pid) (primary key); `inserted`, `done`, `failed`, `dead` |
 //! | `<schema>.meta` | the schema's version | `version` |
 //!
-//! The schema's version is 7: VERSION 7 added the columns `priority`,
+//! `entries` also has `trace` (the inserting span's trace context),
+//! `errors` (its last 10 failed attempts, JSON `[[attempt, at, reason],
+//! ...]`) and `schedule` (a dead tick's schedule); `schedules` also has
+//! `paused`, `last_run` (ms: when its last finished tick was claimed) and
+//! `last_outcome` (`d`, `x`, `c`).
+//!
+//! The schema's version is 8: VERSION 8 added the tables `results`,
+//! `waits`, `cancels`, `workers` and `minutes`, the columns `trace`,
+//! `errors`, `schedule` of `entries` and `paused`, `last_run`,
+//! `last_outcome` of `schedules` (no rewrite of either table); the upgrade
+//! from VERSION 7 (or older) keeps every entry, lease and schedule. The
+//! functions' new parameters have defaults, so a client of another
+//! language that calls `insert`, `insert_many`, `insert_plans`, `claim` or
+//! `finish` as VERSION 7 had them goes on working. VERSION 7 added the columns `priority`,
 //! `key`, `max_attempts`, `unique_ms` (no rewrite of the table) and the
 //! tables of keys and windows, and replaced the index of live entries in
 //! due order (`entries_due`) by `entries_plain` (the plain ones) beside

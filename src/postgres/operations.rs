@@ -9,9 +9,9 @@ use serde::de::DeserializeOwned;
 use sqlx::Row as _;
 
 use super::error::{Error, check_id};
-use super::inner::{call, millis};
+use super::inner::{call, millis, system_time};
 use super::queue::PgQueue;
-use crate::durable::{At, Cursor, EntryInfo, EntryState, MAX_PAGE, Page, Row};
+use crate::durable::{At, AttemptError, Cursor, EntryInfo, EntryState, MAX_PAGE, Page, Row};
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
     /// One page of the entries in `state`, in delivery order (`Pending`,
@@ -66,12 +66,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             });
         }
         let limit = limit.min(MAX_PAGE);
-        let code = match state {
-            EntryState::Pending => "p",
-            EntryState::Due => "d",
-            EntryState::Leased => "l",
-            EntryState::Dead => "x",
-        };
+        let code = state_code(state);
         let inner = self.inner();
         let rows = call!(inner, |conn| {
             sqlx::query(&inner.sql.page)
@@ -82,32 +77,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 .bind(i32::try_from(limit + 1).unwrap_or(i32::MAX))
                 .fetch_all(conn)
         })?;
-        let more = rows.len() > limit;
-        let mut entries = Vec::with_capacity(limit.min(rows.len()));
-        let mut last = None;
-        for row in rows.into_iter().take(limit) {
-            let score: i64 = row.try_get("o_score")?;
-            let seq: i64 = row.try_get("o_seq")?;
-            last = Some((score, seq));
-            let attempt: i32 = row.try_get("o_attempt")?;
-            let deadline: Option<i64> = row.try_get("o_deadline")?;
-            entries.push(
-                Row {
-                    id: row.try_get("o_id")?,
-                    state,
-                    score: u64::try_from(score).unwrap_or(0),
-                    deadline: deadline.and_then(|d| u64::try_from(d).ok()),
-                    attempt: u32::try_from(attempt).unwrap_or(0),
-                    tick: row.try_get("o_tick")?,
-                    reason: row.try_get("o_reason")?,
-                    value: row.try_get("o_value")?,
-                    key: row.try_get("o_key")?,
-                    priority: row.try_get("o_priority")?,
-                }
-                .info(),
-            );
-        }
-        let next = last.filter(|_| more).map(|(score, seq)| {
+        let (entries, last) = page_rows(rows, state, limit)?;
+        let next = last.map(|(score, seq)| {
             At::cursor(
                 &self.inner().identity,
                 state,
@@ -148,21 +119,26 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
         };
         let attempt: i32 = row.try_get("attempt")?;
         let deadline: Option<i64> = row.try_get("deadline")?;
-        Ok(Some(
-            Row {
-                id: id.to_owned(),
-                state,
-                score: u64::try_from(score).unwrap_or(0),
-                deadline: deadline.and_then(|d| u64::try_from(d).ok()),
-                attempt: u32::try_from(attempt).unwrap_or(0),
-                tick: row.try_get("tick")?,
-                reason: row.try_get("reason")?,
-                value: row.try_get("value")?,
-                key: row.try_get("key")?,
-                priority: row.try_get("priority")?,
-            }
-            .info(),
-        ))
+        let info = Row {
+            id: id.to_owned(),
+            state,
+            score: u64::try_from(score).unwrap_or(0),
+            deadline: deadline.and_then(|d| u64::try_from(d).ok()),
+            attempt: u32::try_from(attempt).unwrap_or(0),
+            tick: row.try_get("tick")?,
+            reason: row.try_get("reason")?,
+            value: row.try_get("value")?,
+            key: row.try_get("key")?,
+            priority: row.try_get("priority")?,
+        }
+        .info();
+        Ok(Some(health(
+            info,
+            row.try_get("schedule")?,
+            row.try_get("errors")?,
+            row.try_get("since")?,
+            row.try_get("token")?,
+        )))
     }
 
     /// Puts every dead letter back as pending, due `delay` from now,
@@ -283,4 +259,93 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 .fetch_one(conn)
         })
     }
+}
+
+/// The code of `state` in `page` and `page_newest`.
+pub(crate) fn state_code(state: EntryState) -> &'static str {
+    match state {
+        EntryState::Pending => "p",
+        EntryState::Due => "d",
+        EntryState::Leased => "l",
+        EntryState::Dead => "x",
+    }
+}
+
+/// A page's entries, and the place (score, seq) of its last entry if more
+/// follow.
+pub(crate) type PageRows<T> = (Vec<EntryInfo<T>>, Option<(i64, i64)>);
+
+/// The entries of a page's rows (`limit + 1` asked for), and the place of
+/// its last entry if more follow.
+pub(crate) fn page_rows<T: DeserializeOwned>(
+    rows: Vec<sqlx::postgres::PgRow>,
+    state: EntryState,
+    limit: usize,
+) -> Result<PageRows<T>, Error> {
+    let more = rows.len() > limit;
+    let mut entries = Vec::with_capacity(limit.min(rows.len()));
+    let mut last = None;
+    for row in rows.into_iter().take(limit) {
+        let score: i64 = row.try_get("o_score")?;
+        let seq: i64 = row.try_get("o_seq")?;
+        last = Some((score, seq));
+        let attempt: i32 = row.try_get("o_attempt")?;
+        let deadline: Option<i64> = row.try_get("o_deadline")?;
+        let info = Row {
+            id: row.try_get("o_id")?,
+            state,
+            score: u64::try_from(score).unwrap_or(0),
+            deadline: deadline.and_then(|d| u64::try_from(d).ok()),
+            attempt: u32::try_from(attempt).unwrap_or(0),
+            tick: row.try_get("o_tick")?,
+            reason: row.try_get("o_reason")?,
+            value: row.try_get("o_value")?,
+            key: row.try_get("o_key")?,
+            priority: row.try_get("o_priority")?,
+        }
+        .info();
+        entries.push(health(
+            info,
+            row.try_get("o_schedule")?,
+            row.try_get("o_errors")?,
+            row.try_get("o_since")?,
+            row.try_get("o_token")?,
+        ));
+    }
+    Ok((entries, last.filter(|_| more)))
+}
+
+/// `info` with what health shows of it: a dead tick's schedule, its failed
+/// attempts (`errors`, JSON `[[attempt, at, reason], ...]`), and, leased,
+/// when its delivery began and the worker that holds it (named by the
+/// lease's token).
+fn health<T>(
+    mut info: EntryInfo<T>,
+    schedule: Option<String>,
+    errors: Option<String>,
+    since: Option<i64>,
+    token: Option<String>,
+) -> EntryInfo<T> {
+    if schedule.is_some() {
+        info.schedule = schedule;
+    }
+    if info.state == EntryState::Leased {
+        info.started_at = since.map(system_time);
+        info.worker = token
+            .as_deref()
+            .and_then(super::inner::worker_of)
+            .map(str::to_owned);
+    }
+    if let Some(errors) = errors {
+        let read: Vec<(u32, i64, String)> = serde_json::from_str(&errors).unwrap_or_default();
+        info.errors = read
+            .into_iter()
+            .map(|(attempt, at, reason)| AttemptError {
+                attempt,
+                at: system_time(at),
+                reason,
+            })
+            .collect();
+    }
+    info
 }

@@ -37,6 +37,7 @@ impl<T> PgQueue<T> {
         let mut max_attempts = Vec::with_capacity(n);
         let mut unique_ms = Vec::with_capacity(n);
         let mut replace = Vec::with_capacity(n);
+        let mut traces = Vec::with_capacity(n);
         for plan in plans {
             let (at, time) = match plan.due {
                 When::In(delay) => (false, delay),
@@ -54,6 +55,7 @@ impl<T> PgQueue<T> {
             );
             unique_ms.push(plan.unique_ms.map(|w| i64::try_from(w).unwrap_or(i64::MAX)));
             replace.push(plan.replace);
+            traces.push(plan.trace);
         }
         let made: Vec<Option<String>> = call!(inner, |conn| {
             sqlx::query_scalar(&inner.sql.insert_plans)
@@ -68,6 +70,7 @@ impl<T> PgQueue<T> {
                 .bind(&max_attempts)
                 .bind(&unique_ms)
                 .bind(&replace)
+                .bind(&traces)
                 .fetch_one(conn)
         })?;
         if made.len() != n {

@@ -259,6 +259,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             json,
             absolute,
             ms,
+            trace: crate::durable::trace::current(),
         };
         let inner = Arc::clone(&self.inner);
         let send = move |puts: Vec<Put>| {
@@ -297,6 +298,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             .bind(json)
             .bind(absolute)
             .bind(ms)
+            .bind(crate::durable::trace::current())
             .fetch_one(executor)
             .await?;
         // NULL: the caller's id was taken.

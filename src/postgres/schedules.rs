@@ -55,6 +55,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 .bind(&inner.channel)
                 .bind(&values)
                 .bind(&delays)
+                .bind(crate::durable::trace::current())
                 .fetch_one(conn)
         })?;
         crate::durable::metrics::inserted("postgres", &inner.name, "insert", ids.len() as u64);
@@ -192,6 +193,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
             let rec: String = row.try_get("rec")?;
             let value: String = row.try_get("value")?;
             let next: Option<i64> = row.try_get("next")?;
+            let last_run: Option<i64> = row.try_get("last_run")?;
+            let last_outcome: Option<String> = row.try_get("last_outcome")?;
             let Ok(value) = serde_json::from_str(&value) else {
                 continue;
             };
@@ -200,9 +203,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> PgQueue<T> {
                 spec: spec_of(&rec),
                 next: next.map(system_time),
                 value,
-                last_run: None,
-                last_outcome: None,
-                paused: false,
+                last_run: last_run.map(system_time),
+                last_outcome: last_outcome
+                    .as_deref()
+                    .and_then(crate::durable::Finished::of_code),
+                paused: row.try_get("paused")?,
             });
         }
         Ok(out)

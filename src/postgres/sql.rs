@@ -7,7 +7,7 @@ use super::error::Error;
 
 /// The version of `sql/schema.sql`; `build()` installs it when the
 /// schema's `meta` table holds an older one.
-const VERSION: i32 = 7;
+const VERSION: i32 = 8;
 
 const SCHEMA: &str = include_str!("sql/schema.sql");
 
@@ -41,6 +41,16 @@ pub(crate) struct Statements {
     pub(crate) entry: String,
     pub(crate) set_limit: String,
     pub(crate) limits: String,
+    pub(crate) page_newest: String,
+    pub(crate) lookup: String,
+    pub(crate) result: String,
+    pub(crate) cancel: String,
+    pub(crate) beat: String,
+    pub(crate) leave: String,
+    pub(crate) workers: String,
+    pub(crate) history: String,
+    pub(crate) latency: String,
+    pub(crate) pause_schedule: String,
 }
 
 impl Statements {
@@ -48,26 +58,24 @@ impl Statements {
     pub(crate) fn new(schema: &str) -> Statements {
         let s = format!("\"{schema}\"");
         Statements {
-            insert: format!("SELECT {s}.insert($1, $2, $3, $4, $5, $6)"),
-            insert_batch: format!(
-                "SELECT {s}.insert($1, $2, x.id, x.value, x.absolute, x.ms) \
-                 FROM unnest($3::text[], $4::text[], $5::boolean[], $6::bigint[]) \
-                 WITH ORDINALITY AS x(id, value, absolute, ms, o) ORDER BY x.o"
-            ),
-            insert_many: format!("SELECT {s}.insert_many($1, $2, $3, $4)"),
+            insert: format!("SELECT {s}.insert($1, $2, $3, $4, $5, $6, $7)"),
+            insert_batch: format!("SELECT {s}.insert_batch($1, $2, $3, $4, $5, $6, $7)"),
+            insert_many: format!("SELECT {s}.insert_many($1, $2, $3, $4, $5)"),
             insert_plans: format!(
-                "SELECT {s}.insert_plans($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                "SELECT {s}.insert_plans($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
             ),
             remove: format!("SELECT {s}.remove($1, $2, $3, $4)"),
             reset: format!("SELECT {s}.reset($1, $2, $3, $4, $5)"),
             deadline: format!(
-                "SELECT run_at FROM {s}.entries WHERE queue = $1 AND id = $2 AND run_at IS NOT NULL"
+                "SELECT CASE WHEN run_at >= {s}.parked() THEN tick ELSE run_at END \
+                 FROM {s}.entries WHERE queue = $1 AND id = $2 AND run_at IS NOT NULL"
             ),
             claim: format!(
-                "SELECT * FROM {s}.claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+                "SELECT * FROM {s}.claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
+                 $14, $15)"
             ),
             finish: format!(
-                "SELECT * FROM {s}.finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                "SELECT * FROM {s}.finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
             ),
             extend: format!("SELECT {s}.extend($1, $2, $3, $4, $5)"),
             stats: format!("SELECT * FROM {s}.stats($1)"),
@@ -92,11 +100,34 @@ impl Statements {
             page: format!("SELECT * FROM {s}.page($1, $2, $3, $4, $5)"),
             entry: format!(
                 "SELECT {s}.now_ms() AS now, run_at, died_at, token IS NOT NULL AS leased, attempt, \
-                 deadline, tick IS NOT NULL AS tick, reason, value, key, priority \
+                 deadline, tick IS NOT NULL AS tick, reason, value, key, priority, schedule, \
+                 errors::text AS errors, since, token \
                  FROM {s}.entries WHERE queue = $1 AND id = $2"
             ),
             set_limit: format!("SELECT {s}.set_limit($1, $2, $3, $4)"),
             limits: format!("SELECT key, lim FROM {s}.key_limits WHERE queue = $1 ORDER BY key"),
+            page_newest: format!("SELECT * FROM {s}.page_newest($1, $2, $3, $4, $5)"),
+            lookup: format!("SELECT * FROM {s}.lookup($1, $2, $3)"),
+            result: format!(
+                "SELECT state, at, attempts, output, reason FROM {s}.results \
+                 WHERE queue = $1 AND id = $2 AND until > {s}.now_ms()"
+            ),
+            cancel: format!("SELECT * FROM {s}.cancel($1, $2, $3, $4, $5, $6)"),
+            beat: format!("SELECT {s}.beat($1, $2, $3, $4, $5, $6, $7, $8)"),
+            leave: format!("SELECT {s}.leave($1, $2)"),
+            workers: format!(
+                "SELECT record, first, last, {s}.now_ms() AS now FROM {s}.workers \
+                 WHERE queue = $1 AND NOT gone ORDER BY id"
+            ),
+            history: format!(
+                "SELECT at, sum(inserted)::bigint AS inserted, sum(done)::bigint AS done, \
+                 sum(failed)::bigint AS failed, sum(dead)::bigint AS dead FROM {s}.minutes \
+                 WHERE queue = $1 AND at >= greatest($2 - $2 % 60000, \
+                 (SELECT d - d % 60000 FROM (SELECT {s}.now_ms() - 86400000 AS d) AS day)) \
+                 GROUP BY at ORDER BY at"
+            ),
+            latency: format!("SELECT {s}.now_ms() AS now, {s}.head($1) AS head"),
+            pause_schedule: format!("SELECT {s}.pause_schedule($1, $2, $3, $4)"),
         }
     }
 }

@@ -1,11 +1,15 @@
 //! The `LISTEN` task that turns a queue's notifications into kicks of its
-//! [`Waiter`](crate::durable::wait::Waiter).
+//! [`Waiter`](crate::durable::wait::Waiter), pushes to `wait` (payload
+//! `f<id>`: entry `id` finished) and to workers (`c`: a leased entry was
+//! cancelled).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{broadcast, oneshot, watch};
 
 use crate::durable::wait::Backoff;
 
@@ -18,6 +22,11 @@ pub(crate) struct Listener {
     /// How long the connection may stay silent before a `SELECT 1` checks
     /// it (and the longest wait for that answer).
     pub(crate) ping_after: Duration,
+    pub(crate) finishes: broadcast::Sender<Arc<str>>,
+    /// Counted before each push of `finishes`: a lookup sent after the
+    /// count moved sees the finish pushed.
+    pub(crate) pushes: Arc<AtomicU64>,
+    pub(crate) cancels: Arc<watch::Sender<u64>>,
 }
 
 impl Listener {
@@ -28,6 +37,18 @@ impl Listener {
     /// comes. Reconnects with capped back-off.
     pub(crate) async fn run(self, kicks: watch::Sender<u64>, mut stop: oneshot::Receiver<()>) {
         let kick = || kicks.send_modify(|count| *count = count.wrapping_add(1));
+        let cancelled = || {
+            self.cancels
+                .send_modify(|count| *count = count.wrapping_add(1));
+        };
+        let heard = |payload: &str| match payload.as_bytes().first() {
+            Some(b'f') => {
+                self.pushes.fetch_add(1, Ordering::SeqCst);
+                let _ = self.finishes.send(Arc::from(&payload[1..]));
+            }
+            Some(b'c') => cancelled(),
+            _ => kick(),
+        };
         let queue = &self.queue;
         let mut backoff = Backoff::default();
         loop {
@@ -36,12 +57,16 @@ impl Listener {
                 listener.listen(&self.channel).await?;
                 backoff.reset();
                 kick();
+                cancelled();
                 loop {
                     match tokio::time::timeout(self.ping_after, listener.try_recv()).await {
-                        Ok(Ok(Some(_))) => kick(),
+                        Ok(Ok(Some(notification))) => heard(notification.payload()),
                         // The connection was lost (the next call reconnects
                         // and listens again): notifications may be lost.
-                        Ok(Ok(None)) => kick(),
+                        Ok(Ok(None)) => {
+                            kick();
+                            cancelled();
+                        }
                         Ok(Err(error)) => return Err(error),
                         Err(_) => {
                             let check = sqlx::query("SELECT 1").execute(&mut listener);

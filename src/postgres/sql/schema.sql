@@ -9,6 +9,10 @@
 -- Times are milliseconds since the Unix epoch on the database's clock
 -- (`clock_timestamp()`, read once per call).
 --
+-- Notifications on a queue's channel: the new head's due time (an
+-- insert, a retry, ... see announce); 'f<id>': entry `id` finished and a
+-- wait looks for it (see waits); 'c': a leased entry was cancelled.
+--
 -- An entry is one row of `entries`:
 --   run_at   due time while pending; end of the lease while leased (due
 --            again once it passes); NULL while dead
@@ -30,6 +34,14 @@
 --   unique_ms  how long its id stays taken after it finishes (acked,
 --            removed; a dead letter removed, cleared or trimmed): a row of
 --            `uniques` until then
+--   trace    the inserting span's trace context, handed out with each claim
+--   errors   its last failed attempts (JSON [[attempt, at, reason], ...],
+--            oldest first, at most 10), kept as it dies, cleared at requeue
+--   schedule a dead tick's schedule (on its '<name>@<instant>' copy)
+-- A paused schedule's pending tick is *parked*: its `run_at` is parked(),
+-- past every real time, and its instant stays in `tick`.
+-- A worker's claims carry a token '<worker id> <token>': a leased entry's
+-- holder is read from its token.
 -- An entry with a key or a priority other than 0 is *special*: claims and
 -- reads find the plain entries (no key, priority 0) by `entries_plain` and
 -- the special ones by their own indexes, so a queue without keys or
@@ -166,6 +178,95 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.schedules (
     rec   text NOT NULL,
     value text NOT NULL,
     PRIMARY KEY (queue, name)
+);
+-- VERSION 8: a schedule paused one by one (its pending tick parked, see
+-- PARKED), and its last run (when its last finished tick was claimed) and
+-- how that ended ('d' done, 'x' dead, 'c' cancelled).
+ALTER TABLE __SCHEMA__.schedules
+    ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS last_run bigint,
+    ADD COLUMN IF NOT EXISTS last_outcome text;
+
+-- VERSION 8: the inserting span's trace context ('<traceparent>[
+-- <tracestate>]'), an entry's last failed attempts (a JSON array of
+-- [attempt, at ms, reason], oldest first, at most 10), and a dead tick's
+-- schedule (on its '<name>@<instant>' copy).
+ALTER TABLE __SCHEMA__.entries
+    ADD COLUMN IF NOT EXISTS trace text,
+    ADD COLUMN IF NOT EXISTS errors jsonb,
+    ADD COLUMN IF NOT EXISTS schedule text;
+
+-- What became of finished entries (acked 'd', dead 'x', cancelled 'c'),
+-- written by the statement of the finish, kept until `until` (the finishing
+-- handle's keep_results on): rows past it are not read, and the writes of
+-- results delete a few of them each.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.results (
+    queue    text COLLATE "C" NOT NULL,
+    id       text COLLATE "C" NOT NULL,
+    state    text NOT NULL,
+    at       bigint NOT NULL,
+    attempts integer NOT NULL,
+    output   text,
+    reason   text,
+    until    bigint NOT NULL,
+    PRIMARY KEY (queue, id)
+);
+CREATE INDEX IF NOT EXISTS results_until ON __SCHEMA__.results (queue, until);
+
+-- Ids that a `wait` looks for, until `until`: a finish of one of them
+-- notifies its id ('f<id>') on the queue's channel. A finish looks here
+-- with one index probe; no one waiting, it notifies nothing.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.waits (
+    queue text COLLATE "C" NOT NULL,
+    id    text COLLATE "C" NOT NULL,
+    until bigint NOT NULL,
+    PRIMARY KEY (queue, id)
+);
+-- Whether a wait is under way on the queue: one probe past the lapsed.
+CREATE INDEX IF NOT EXISTS waits_until ON __SCHEMA__.waits (queue, until);
+
+-- Leases revoked by `cancel`: the holder's next extension of (id, token)
+-- says Cancelled rather than Lost, until `until` (its lease end then, and
+-- a lease on).
+CREATE TABLE IF NOT EXISTS __SCHEMA__.cancels (
+    queue text COLLATE "C" NOT NULL,
+    id    text COLLATE "C" NOT NULL,
+    token text COLLATE "C" NOT NULL,
+    until bigint NOT NULL,
+    PRIMARY KEY (queue, id)
+);
+
+-- Live workers: the record each refreshes with its heartbeats (JSON, see
+-- durable/health.rs), when it was first and last heard of; gone once
+-- `expires` (three refresh periods after `last`) passed, or once it shut
+-- down (`gone`: kept a minute, so that a heartbeat still on its way when
+-- it left does not bring it back).
+CREATE TABLE IF NOT EXISTS __SCHEMA__.workers (
+    queue   text COLLATE "C" NOT NULL,
+    id      text COLLATE "C" NOT NULL,
+    record  text NOT NULL,
+    first   bigint NOT NULL,
+    last    bigint NOT NULL,
+    expires bigint NOT NULL,
+    gone    boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (queue, id)
+);
+
+-- What happened per minute (`at`, ms): counts written by the statements of
+-- the inserts and finishes themselves, one upsert per statement, in a row
+-- of the writer's backend (`shard`: its pid), so that no transaction ever
+-- waits for another's row (a caller's open transaction that inserted holds
+-- its row until it ends). Kept 24 hours (each new row deletes a few older
+-- ones).
+CREATE TABLE IF NOT EXISTS __SCHEMA__.minutes (
+    queue    text COLLATE "C" NOT NULL,
+    at       bigint NOT NULL,
+    shard    integer NOT NULL,
+    inserted bigint NOT NULL DEFAULT 0,
+    done     bigint NOT NULL DEFAULT 0,
+    failed   bigint NOT NULL DEFAULT 0,
+    dead     bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, at, shard)
 );
 
 -- The database's clock, in ms.
@@ -304,6 +405,89 @@ BEGIN
     END IF;
 END $$;
 
+-- PARKED: the `run_at` of a paused schedule's pending tick (its instant
+-- stays in `tick`): after every real time, so no claim reaches it and
+-- every read of due entries steps over it.
+CREATE OR REPLACE FUNCTION __SCHEMA__.parked() RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$ SELECT 9000000000000000000::bigint $$;
+
+-- The keep_results (ms) of the handle whose statement runs: the setting
+-- `punctual.keep` that claim(), finish() and cancel() set for their
+-- transaction (unset: 0, nothing is kept).
+CREATE OR REPLACE FUNCTION __SCHEMA__.keep_ms() RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(nullif(current_setting('punctual.keep', true), '')::bigint, 0)
+$$;
+
+-- Deletes a few of the queue's results past their `until` (never waiting
+-- for a row another transaction holds).
+CREATE OR REPLACE FUNCTION __SCHEMA__.expire_results(p_queue text, p_now bigint)
+RETURNS void LANGUAGE sql AS $$
+    DELETE FROM __SCHEMA__.results r
+    USING (SELECT x.id FROM __SCHEMA__.results x
+           WHERE x.queue = p_queue AND x.until <= p_now
+           ORDER BY x.until LIMIT 16 FOR UPDATE SKIP LOCKED) AS old
+    WHERE r.queue = p_queue AND r.id = old.id;
+$$;
+
+-- Keeps entry `p_id`'s result (see results) for keep_ms(); nothing when
+-- that is 0.
+CREATE OR REPLACE FUNCTION __SCHEMA__.keep_result(p_queue text, p_id text, p_state text,
+    p_now bigint, p_attempts integer, p_output text, p_reason text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_keep bigint := __SCHEMA__.keep_ms();
+BEGIN
+    IF v_keep <= 0 THEN
+        RETURN;
+    END IF;
+    INSERT INTO __SCHEMA__.results AS r (queue, id, state, at, attempts, output, reason, until)
+    VALUES (p_queue, p_id, p_state, p_now, p_attempts, nullif(p_output, ''),
+        nullif(p_reason, ''), p_now + v_keep)
+    ON CONFLICT (queue, id) DO UPDATE SET state = excluded.state, at = excluded.at,
+        attempts = excluded.attempts, output = excluded.output, reason = excluded.reason,
+        until = excluded.until;
+    PERFORM __SCHEMA__.expire_results(p_queue, p_now);
+END $$;
+
+-- Notifies 'f<id>' for each of `p_ids` that a wait looks for: one index
+-- probe, and nothing more, while no one waits on the queue.
+CREATE OR REPLACE FUNCTION __SCHEMA__.push_finished(p_queue text, p_channel text, p_ids text[])
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM __SCHEMA__.waits w
+               WHERE w.queue = p_queue AND w.until > __SCHEMA__.now_ms()) THEN
+        PERFORM pg_notify(p_channel, 'f' || w.id) FROM __SCHEMA__.waits w
+        WHERE w.queue = p_queue AND w.id = ANY (p_ids);
+    END IF;
+END $$;
+
+-- Counts events of `p_now`'s minute (see minutes): one upsert; a new row
+-- deletes a few rows older than a day.
+CREATE OR REPLACE FUNCTION __SCHEMA__.tally(p_queue text, p_now bigint, p_inserted bigint,
+    p_done bigint, p_failed bigint, p_dead bigint) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_at bigint := p_now - p_now % 60000;
+    v_new boolean;
+BEGIN
+    IF p_inserted = 0 AND p_done = 0 AND p_failed = 0 AND p_dead = 0 THEN
+        RETURN;
+    END IF;
+    INSERT INTO __SCHEMA__.minutes AS m (queue, at, shard, inserted, done, failed, dead)
+    VALUES (p_queue, v_at, pg_backend_pid(), p_inserted, p_done, p_failed, p_dead)
+    ON CONFLICT (queue, at, shard) DO UPDATE SET inserted = m.inserted + excluded.inserted,
+        done = m.done + excluded.done, failed = m.failed + excluded.failed,
+        dead = m.dead + excluded.dead
+    RETURNING m.xmax = 0 INTO v_new;
+    IF v_new THEN
+        DELETE FROM __SCHEMA__.minutes m
+        USING (SELECT o.at, o.shard FROM __SCHEMA__.minutes o
+               WHERE o.queue = p_queue AND o.at < v_at - 86400000
+               ORDER BY o.at LIMIT 64 FOR UPDATE SKIP LOCKED) AS old
+        WHERE m.queue = p_queue AND m.at = old.at AND m.shard = old.shard;
+    END IF;
+END $$;
+
 -- INSERT: a new pending entry due at `p_ms` (`p_absolute`) or `p_ms` from
 -- now. `p_id` NULL: an id '#<seq>' is made. Returns the entry's id, or NULL
 -- if `p_id` is taken (pending, leased or dead, or kept taken by a unique
@@ -315,8 +499,8 @@ END $$;
 -- of the id that runs beside this insert either still holds the old row,
 -- which this insert then waits for (the conflict), or committed its window
 -- before this look.
-CREATE OR REPLACE FUNCTION __SCHEMA__.insert(p_queue text, p_channel text, p_id text,
-    p_value text, p_absolute boolean, p_ms bigint) RETURNS text
+CREATE OR REPLACE FUNCTION __SCHEMA__.insert_row(p_queue text, p_channel text, p_id text,
+    p_value text, p_absolute boolean, p_ms bigint, p_trace text) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now bigint := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
@@ -335,8 +519,8 @@ BEGIN
     LOOP
         v_seq := nextval('__SCHEMA__.seq');
         v_id := coalesce(p_id, '#' || v_seq);
-        INSERT INTO __SCHEMA__.entries AS e (queue, id, seq, run_at, value)
-        VALUES (p_queue, v_id, v_seq, v_at, p_value)
+        INSERT INTO __SCHEMA__.entries AS e (queue, id, seq, run_at, value, trace)
+        VALUES (p_queue, v_id, v_seq, v_at, p_value, p_trace)
         ON CONFLICT DO NOTHING;
         EXIT WHEN FOUND;
         -- A made id taken by a caller's own id: make another.
@@ -352,6 +536,39 @@ BEGIN
         PERFORM pg_notify(p_channel, v_at::text);
     END IF;
     RETURN v_id;
+END $$;
+
+-- INSERT: insert_row (above: `p_trace`, the inserting span's trace
+-- context, or NULL), counted in the minute's history.
+CREATE OR REPLACE FUNCTION __SCHEMA__.insert(p_queue text, p_channel text, p_id text,
+    p_value text, p_absolute boolean, p_ms bigint, p_trace text DEFAULT NULL) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id text := __SCHEMA__.insert_row(p_queue, p_channel, p_id, p_value, p_absolute, p_ms,
+        p_trace);
+BEGIN
+    IF v_id IS NOT NULL THEN
+        PERFORM __SCHEMA__.tally(p_queue, __SCHEMA__.now_ms(), 1, 0, 0, 0);
+    END IF;
+    RETURN v_id;
+END $$;
+
+-- INSERT_BATCH: insert_row for each row of the arrays, in order, counted
+-- once in the history. Each id, or NULL where the caller's id was taken.
+CREATE OR REPLACE FUNCTION __SCHEMA__.insert_batch(p_queue text, p_channel text, p_ids text[],
+    p_values text[], p_absolute boolean[], p_ms bigint[], p_traces text[]) RETURNS text[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids text[];
+BEGIN
+    v_ids := ARRAY(SELECT __SCHEMA__.insert_row(p_queue, p_channel, x.id, x.value, x.absolute,
+                       x.ms, x.trace)
+                   FROM unnest(p_ids, p_values, p_absolute, p_ms, p_traces)
+                       WITH ORDINALITY AS x(id, value, absolute, ms, trace, o)
+                   ORDER BY x.o);
+    PERFORM __SCHEMA__.tally(p_queue, __SCHEMA__.now_ms(),
+        (SELECT count(*) FROM unnest(v_ids) AS i WHERE i IS NOT NULL), 0, 0, 0);
+    RETURN v_ids;
 END $$;
 
 -- INSERT_PLANS: the entries `insert_with` and `insert_many_with` describe,
@@ -373,7 +590,8 @@ END $$;
 -- and then sees the lease: a leased entry is never replaced.
 CREATE OR REPLACE FUNCTION __SCHEMA__.insert_plans(p_queue text, p_channel text, p_ids text[],
     p_values text[], p_absolute boolean[], p_ms bigint[], p_priorities smallint[],
-    p_keys text[], p_max_attempts integer[], p_unique_ms bigint[], p_replace boolean[])
+    p_keys text[], p_max_attempts integer[], p_unique_ms bigint[], p_replace boolean[],
+    p_traces text[] DEFAULT NULL)
 RETURNS text[] LANGUAGE plpgsql AS $$
 DECLARE
     v_now bigint := __SCHEMA__.now_ms();
@@ -393,13 +611,14 @@ BEGIN
     v_seqs := ARRAY(SELECT nextval('__SCHEMA__.seq') FROM generate_series(1, v_n));
     WITH x AS MATERIALIZED (
         SELECT * FROM unnest(p_ids, p_values, p_absolute, p_ms, p_priorities, p_keys,
-            p_max_attempts, v_seqs) WITH ORDINALITY
-            AS x(id, value, absolute, ms, priority, key, max_attempts, seq, o)
+            p_max_attempts, v_seqs, p_traces) WITH ORDINALITY
+            AS x(id, value, absolute, ms, priority, key, max_attempts, seq, trace, o)
     ), inserted AS (
-        INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value, priority, key, max_attempts)
+        INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value, priority, key, max_attempts,
+            trace)
         SELECT p_queue, '#' || x.seq, x.seq,
             CASE WHEN x.absolute THEN x.ms ELSE v_now + x.ms END, x.value, x.priority, x.key,
-            x.max_attempts
+            x.max_attempts, x.trace
         FROM x WHERE x.id IS NULL
         ON CONFLICT DO NOTHING
         RETURNING seq, run_at
@@ -412,16 +631,17 @@ BEGIN
     IF v_missed > 0 THEN
         -- Made ids a caller took with its own: new ids, the same places.
         FOR r IN SELECT x.* FROM unnest(p_ids, v_ids, p_values, p_absolute, p_ms, p_priorities,
-                     p_keys, p_max_attempts, v_seqs) WITH ORDINALITY
-                     AS x(id, made, value, absolute, ms, priority, key, max_attempts, seq, o)
+                     p_keys, p_max_attempts, v_seqs, p_traces) WITH ORDINALITY
+                     AS x(id, made, value, absolute, ms, priority, key, max_attempts, seq, trace,
+                          o)
                  WHERE x.id IS NULL AND x.made IS NULL LOOP
             v_at := CASE WHEN r.absolute THEN r.ms ELSE v_now + r.ms END;
             LOOP
                 v_seq := nextval('__SCHEMA__.seq');
                 INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value, priority, key,
-                    max_attempts)
+                    max_attempts, trace)
                 VALUES (p_queue, '#' || v_seq, r.seq, v_at, r.value, r.priority, r.key,
-                    r.max_attempts)
+                    r.max_attempts, r.trace)
                 ON CONFLICT DO NOTHING;
                 EXIT WHEN FOUND;
             END LOOP;
@@ -430,15 +650,15 @@ BEGIN
         END LOOP;
     END IF;
     FOR r IN SELECT x.* FROM unnest(p_ids, p_values, p_absolute, p_ms, p_priorities, p_keys,
-                 p_max_attempts, p_unique_ms, p_replace, v_seqs) WITH ORDINALITY
+                 p_max_attempts, p_unique_ms, p_replace, v_seqs, p_traces) WITH ORDINALITY
                  AS x(id, value, absolute, ms, priority, key, max_attempts, unique_ms, replace,
-                      seq, o)
+                      seq, trace, o)
              WHERE x.id IS NOT NULL ORDER BY x.o LOOP
         v_at := CASE WHEN r.absolute THEN r.ms ELSE v_now + r.ms END;
         INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value, priority, key,
-            max_attempts, unique_ms)
+            max_attempts, unique_ms, trace)
         VALUES (p_queue, r.id, r.seq, v_at, r.value, r.priority, r.key, r.max_attempts,
-            r.unique_ms)
+            r.unique_ms, r.trace)
         ON CONFLICT DO NOTHING;
         IF FOUND THEN
             IF __SCHEMA__.unique_open(p_queue, r.id, v_now) THEN
@@ -448,7 +668,8 @@ BEGIN
         ELSIF r.replace THEN
             UPDATE __SCHEMA__.entries e SET value = r.value, run_at = v_at, seq = r.seq,
                 priority = r.priority, key = r.key, max_attempts = r.max_attempts,
-                unique_ms = r.unique_ms, attempt = 0, deadline = NULL, reason = NULL
+                unique_ms = r.unique_ms, attempt = 0, deadline = NULL, reason = NULL,
+                errors = NULL, trace = r.trace
             WHERE e.queue = p_queue AND e.id = r.id AND e.run_at IS NOT NULL
               AND e.token IS NULL AND e.tick IS NULL;
             IF NOT FOUND THEN
@@ -463,6 +684,8 @@ BEGIN
     IF v_first IS NOT NULL THEN
         PERFORM __SCHEMA__.announce(p_channel, v_first, v_old_head);
     END IF;
+    PERFORM __SCHEMA__.tally(p_queue, v_now,
+        (SELECT count(*) FROM unnest(v_ids) AS i WHERE i IS NOT NULL), 0, 0, 0);
     RETURN v_ids;
 END $$;
 
@@ -472,7 +695,7 @@ END $$;
 -- with unnest, never subscripted inside a statement, where each subscript
 -- of a text[] walks the array from its start.)
 CREATE OR REPLACE FUNCTION __SCHEMA__.insert_many(p_queue text, p_channel text,
-    p_values text[], p_ms bigint[]) RETURNS text[]
+    p_values text[], p_ms bigint[], p_trace text DEFAULT NULL) RETURNS text[]
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now bigint := __SCHEMA__.now_ms();
@@ -496,8 +719,8 @@ BEGIN
               FROM unnest(p_values, p_ms) WITH ORDINALITY AS x(value, ms, o)
               ORDER BY x.o) AS u
     ), inserted AS (
-        INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value)
-        SELECT p_queue, '#' || n.seq, n.seq, v_now + n.ms, n.value FROM numbered n
+        INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value, trace)
+        SELECT p_queue, '#' || n.seq, n.seq, v_now + n.ms, n.value, p_trace FROM numbered n
         ON CONFLICT DO NOTHING
         RETURNING seq
     )
@@ -513,8 +736,8 @@ BEGIN
             -- A new id, the same place in the batch's order (its seq).
             LOOP
                 v_seq := nextval('__SCHEMA__.seq');
-                INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value)
-                VALUES (p_queue, '#' || v_seq, r.seq, v_now + r.ms, r.value)
+                INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value, trace)
+                VALUES (p_queue, '#' || v_seq, r.seq, v_now + r.ms, r.value, p_trace)
                 ON CONFLICT DO NOTHING;
                 EXIT WHEN FOUND;
             END LOOP;
@@ -523,6 +746,7 @@ BEGIN
     END IF;
     SELECT min(v_now + m) INTO v_first FROM unnest(p_ms) AS m;
     PERFORM __SCHEMA__.announce(p_channel, v_first, v_old_head);
+    PERFORM __SCHEMA__.tally(p_queue, v_now, v_n, 0, 0, 0);
     RETURN v_ids;
 END $$;
 
@@ -571,6 +795,7 @@ BEGIN
     IF v_held AND v_key IS NOT NULL THEN
         PERFORM __SCHEMA__.freed(p_queue, p_channel, ARRAY[v_key], ARRAY[1], NULL, v_now);
     END IF;
+    PERFORM __SCHEMA__.push_finished(p_queue, p_channel, ARRAY[p_id]);
     RETURN true;
 END $$;
 
@@ -604,11 +829,13 @@ DECLARE
     v_old_head bigint := __SCHEMA__.next_after(p_queue, __SCHEMA__.now_ms());
 BEGIN
     UPDATE __SCHEMA__.entries e SET run_at = v_at, seq = nextval('__SCHEMA__.seq'),
-        attempt = 0, deadline = NULL, reason = NULL, died_at = NULL
+        attempt = 0, deadline = NULL, reason = NULL, died_at = NULL, errors = NULL
     WHERE e.queue = p_queue AND e.id = p_id AND e.run_at IS NULL;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    -- Its next finish is the one to wait for.
+    DELETE FROM __SCHEMA__.results r WHERE r.queue = p_queue AND r.id = p_id;
     PERFORM __SCHEMA__.announce(p_channel, v_at, v_old_head);
     RETURN true;
 END $$;
@@ -697,15 +924,18 @@ DECLARE
     v_old_head bigint := __SCHEMA__.next_after(p_queue, __SCHEMA__.now_ms());
 BEGIN
     IF p_at IS NOT NULL THEN
+        -- A paused schedule's tick is parked (see parked()).
         INSERT INTO __SCHEMA__.entries AS e (queue, id, seq, run_at, value, tick)
-        SELECT p_queue, p_name, nextval('__SCHEMA__.seq'), p_at, s.value, p_at
+        SELECT p_queue, p_name, nextval('__SCHEMA__.seq'),
+            CASE WHEN s.paused THEN __SCHEMA__.parked() ELSE p_at END, s.value, p_at
         FROM __SCHEMA__.schedules s WHERE s.queue = p_queue AND s.name = p_name
         ON CONFLICT (queue, id) DO UPDATE SET seq = excluded.seq, run_at = excluded.run_at,
             value = excluded.value, attempt = 0, token = NULL, since = NULL, deadline = NULL,
-            tick = excluded.tick, reason = NULL, died_at = NULL
+            tick = excluded.tick, reason = NULL, died_at = NULL, errors = NULL, trace = NULL
         WHERE e.tick IS NOT NULL;
         IF FOUND THEN
             PERFORM __SCHEMA__.announce(p_channel, p_at, v_old_head);
+            PERFORM __SCHEMA__.tally(p_queue, __SCHEMA__.now_ms(), 1, 0, 0, 0);
             RETURN true;
         END IF;
     END IF;
@@ -771,24 +1001,44 @@ BEGIN
     END IF;
 END $$;
 
+-- Records the last run of schedule `p_name` (its tick claimed at
+-- `p_since`, ended `p_outcome`), unless another transaction holds the
+-- schedule's row: a finish holds its tick's row, and unschedule, schedule
+-- and pause_schedule lock the schedule's row before the tick's, so a wait
+-- here could deadlock (such a race loses the record, or the schedule is
+-- going anyway).
+CREATE OR REPLACE FUNCTION __SCHEMA__.last_run(p_queue text, p_name text, p_since bigint,
+    p_outcome text) RETURNS void LANGUAGE sql AS $$
+    UPDATE __SCHEMA__.schedules s SET last_run = coalesce(p_since, s.last_run),
+        last_outcome = p_outcome
+    FROM (SELECT x.name FROM __SCHEMA__.schedules x WHERE x.queue = p_queue AND x.name = p_name
+          FOR UPDATE SKIP LOCKED) AS held
+    WHERE s.queue = p_queue AND s.name = held.name;
+$$;
+
 -- Moves entry `e` to the dead letters with `p_reason`. A tick is copied to
 -- '<name>@<instant>' (its name stays for its successor: the caller places
 -- it with place_tick); a name over 480 bytes is cut to 480 (at a character
 -- boundary), so that the dead letter's id keeps to the 512 bytes of an id.
-CREATE OR REPLACE FUNCTION __SCHEMA__.bury(p_queue text, e __SCHEMA__.entries, p_reason text,
+CREATE OR REPLACE FUNCTION __SCHEMA__.bury(p_queue text, p_channel text, e __SCHEMA__.entries, p_reason text,
     p_now bigint) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_dead text := e.id;
     v_name text := left(e.id, 480);
     v_n integer := 1;
 BEGIN
+    PERFORM __SCHEMA__.tally(p_queue, p_now, 0, 0, 0, 1);
     IF e.tick IS NULL THEN
         UPDATE __SCHEMA__.entries d SET run_at = NULL, token = NULL, since = NULL,
-            attempt = e.attempt, reason = p_reason, died_at = p_now
+            attempt = e.attempt, reason = p_reason, died_at = p_now, errors = e.errors
         WHERE d.queue = p_queue AND d.id = e.id;
+        PERFORM __SCHEMA__.keep_result(p_queue, e.id, 'x', p_now, e.attempt, NULL, p_reason);
+        PERFORM __SCHEMA__.push_finished(p_queue, p_channel,
+            ARRAY[e.id]);
         PERFORM __SCHEMA__.trim_dead(p_queue, p_now);
         RETURN;
     END IF;
+    PERFORM __SCHEMA__.last_run(p_queue, e.id, e.since, 'x');
     WHILE octet_length(convert_to(v_name, 'UTF8')) > 480 LOOP
         v_name := left(v_name, -1);
     END LOOP;
@@ -797,8 +1047,13 @@ BEGIN
         v_n := v_n + 1;
         v_dead := v_name || '@' || e.tick || '.' || v_n;
     END LOOP;
-    INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value, attempt, deadline, reason, died_at)
-    VALUES (p_queue, v_dead, e.seq, NULL, e.value, e.attempt, e.deadline, p_reason, p_now);
+    INSERT INTO __SCHEMA__.entries (queue, id, seq, run_at, value, attempt, deadline, reason, died_at,
+        errors, schedule)
+    VALUES (p_queue, v_dead, e.seq, NULL, e.value, e.attempt, e.deadline, p_reason, p_now,
+        e.errors, e.id);
+    PERFORM __SCHEMA__.keep_result(p_queue, v_dead, 'x', p_now, e.attempt, NULL, p_reason);
+    PERFORM __SCHEMA__.push_finished(p_queue, p_channel,
+        ARRAY[e.id, v_dead]);
     PERFORM __SCHEMA__.trim_dead(p_queue, p_now);
 END $$;
 
@@ -853,6 +1108,14 @@ BEGIN
         result := 0;
         RETURN;
     END IF;
+    IF v_kind IN ('f', 'x') THEN
+        -- A failed attempt is kept with the entry (the last 10).
+        e.errors := coalesce(e.errors, '[]'::jsonb)
+            || jsonb_build_array(jsonb_build_array(e.attempt, p_now, p_reason));
+        IF jsonb_array_length(e.errors) > 10 THEN
+            e.errors := e.errors - 0;
+        END IF;
+    END IF;
     IF v_kind = 'f' THEN
         IF coalesce(e.max_attempts, p_limit) > 0
            AND e.attempt >= coalesce(e.max_attempts, p_limit) THEN
@@ -877,7 +1140,8 @@ BEGIN
             -- acked.
             UPDATE __SCHEMA__.entries d SET run_at = v_next, seq = nextval('__SCHEMA__.seq'),
                 token = NULL, since = NULL, attempt = e.attempt,
-                reason = CASE WHEN p_reason <> '' THEN p_reason ELSE e.reason END
+                reason = CASE WHEN p_reason <> '' THEN p_reason ELSE e.reason END,
+                errors = e.errors
             WHERE d.queue = p_queue AND d.id = p_id;
         ELSE
             v_next := least(coalesce(e.deadline, p_now), p_now);
@@ -906,7 +1170,14 @@ BEGIN
         END IF;
     END IF;
     IF v_kind = 'd' THEN
-        PERFORM __SCHEMA__.bury(p_queue, e, p_reason, p_now);
+        PERFORM __SCHEMA__.bury(p_queue, p_channel, e, p_reason, p_now);
+    ELSE
+        -- An ack: `p_reason` carries its output (JSON, or '').
+        PERFORM __SCHEMA__.keep_result(p_queue, p_id, 'd', p_now, e.attempt, p_reason, NULL);
+        IF e.tick IS NOT NULL THEN
+            PERFORM __SCHEMA__.last_run(p_queue, p_id, e.since, 'd');
+        END IF;
+        PERFORM __SCHEMA__.push_finished(p_queue, p_channel, ARRAY[p_id]);
     END IF;
     IF e.tick IS NOT NULL THEN
         PERFORM __SCHEMA__.place_tick(p_queue, p_channel, p_id, v_next);
@@ -935,6 +1206,8 @@ DECLARE
     v_unique_ms bigint[];
     v_keys text[];
     v_one record;
+    v_keep bigint := coalesce(nullif(current_setting('punctual.keep', true), '')::bigint, 0);
+    v_acked_ids text[];
 BEGIN
     results := array_fill(NULL::integer, ARRAY[v_n]);
     cron_from := array_fill(NULL::bigint, ARRAY[v_n]);
@@ -949,18 +1222,55 @@ BEGIN
     -- Plain acks: entries that are not ticks, deleted together (then the
     -- unique windows of those that have one, and the places of keys they
     -- held: see freed).
-    WITH acked AS (
-        DELETE FROM __SCHEMA__.entries d
-        USING unnest(p_kinds, p_ids, p_tokens) WITH ORDINALITY AS o(kind, id, token, ord)
-        WHERE o.kind = 'a' AND d.queue = p_queue AND d.id = o.id AND d.token = o.token
-          AND d.tick IS NULL
-        RETURNING o.ord, d.id, d.unique_ms, CASE WHEN d.run_at > p_now THEN d.key END AS key
-    )
-    SELECT coalesce(array_agg(a.ord), '{}'),
-           array_agg(a.id) FILTER (WHERE a.unique_ms IS NOT NULL),
-           array_agg(a.unique_ms) FILTER (WHERE a.unique_ms IS NOT NULL),
-           array_agg(a.key) FILTER (WHERE a.key IS NOT NULL)
-    INTO v_acked, v_unique_ids, v_unique_ms, v_keys FROM acked a;
+    IF v_keep > 0 THEN
+        -- (An ack's output, JSON or '', comes in its `p_reasons`; its result
+        -- is kept in the same statement.)
+        WITH acked AS (
+            DELETE FROM __SCHEMA__.entries d
+            USING unnest(p_kinds, p_ids, p_tokens, p_reasons) WITH ORDINALITY
+                AS o(kind, id, token, output, ord)
+            WHERE o.kind = 'a' AND d.queue = p_queue AND d.id = o.id AND d.token = o.token
+              AND d.tick IS NULL
+            RETURNING o.ord, d.id, d.unique_ms,
+                CASE WHEN d.run_at > p_now THEN d.key END AS key, d.attempt, o.output
+        ), kept AS (
+            INSERT INTO __SCHEMA__.results AS r (queue, id, state, at, attempts, output, until)
+            SELECT p_queue, a.id, 'd', p_now, a.attempt, nullif(a.output, ''), p_now + v_keep
+            FROM acked a
+            ON CONFLICT (queue, id) DO UPDATE SET state = excluded.state, at = excluded.at,
+                attempts = excluded.attempts, output = excluded.output, reason = NULL,
+                until = excluded.until
+        )
+        SELECT coalesce(array_agg(a.ord), '{}'),
+               array_agg(a.id) FILTER (WHERE a.unique_ms IS NOT NULL),
+               array_agg(a.unique_ms) FILTER (WHERE a.unique_ms IS NOT NULL),
+               array_agg(a.key) FILTER (WHERE a.key IS NOT NULL), array_agg(a.id)
+        INTO v_acked, v_unique_ids, v_unique_ms, v_keys, v_acked_ids FROM acked a;
+        IF cardinality(v_acked) > 0 THEN
+            PERFORM __SCHEMA__.expire_results(p_queue, p_now);
+        END IF;
+    ELSE
+        -- Results not kept: the delete as it was before they existed.
+        WITH acked AS (
+            DELETE FROM __SCHEMA__.entries d
+            USING unnest(p_kinds, p_ids, p_tokens) WITH ORDINALITY AS o(kind, id, token, ord)
+            WHERE o.kind = 'a' AND d.queue = p_queue AND d.id = o.id AND d.token = o.token
+              AND d.tick IS NULL
+            RETURNING o.ord, d.id, d.unique_ms,
+                CASE WHEN d.run_at > p_now THEN d.key END AS key
+        )
+        SELECT coalesce(array_agg(a.ord), '{}'),
+               array_agg(a.id) FILTER (WHERE a.unique_ms IS NOT NULL),
+               array_agg(a.unique_ms) FILTER (WHERE a.unique_ms IS NOT NULL),
+               array_agg(a.key) FILTER (WHERE a.key IS NOT NULL), array_agg(a.id)
+        INTO v_acked, v_unique_ids, v_unique_ms, v_keys, v_acked_ids FROM acked a;
+    END IF;
+    -- Waiters are told of the ids they look for (one probe: none, mostly).
+    IF cardinality(v_acked) > 0
+       AND EXISTS (SELECT 1 FROM __SCHEMA__.waits w
+                   WHERE w.queue = p_queue AND w.until > p_now) THEN
+        PERFORM __SCHEMA__.push_finished(p_queue, p_channel, v_acked_ids);
+    END IF;
     IF v_unique_ids IS NOT NULL THEN
         PERFORM __SCHEMA__.keep_taken(p_queue, v_unique_ids, v_unique_ms, p_now);
     END IF;
@@ -971,6 +1281,7 @@ BEGIN
     END IF;
     IF cardinality(v_acked) = v_n THEN
         results := array_fill(1, ARRAY[v_n]);
+        PERFORM __SCHEMA__.tally(p_queue, p_now, 0, v_n, 0, 0);
         RETURN;
     END IF;
     FOR i IN 1 .. v_n LOOP
@@ -984,17 +1295,26 @@ BEGIN
             recs[i] := v_one.rec;
         END IF;
     END LOOP;
+    PERFORM __SCHEMA__.tally(p_queue, p_now, 0,
+        (SELECT count(*) FROM unnest(p_kinds, results) AS x(kind, result)
+         WHERE x.kind = 'a' AND x.result = 1),
+        (SELECT count(*) FROM unnest(p_kinds, results) AS x(kind, result)
+         WHERE x.kind IN ('f', 'x') AND x.result IN (1, 2)), 0);
 END $$;
 
 -- FINISH: applies ops (see finish_all) without claiming.
+-- `p_keep`: how long the results of what finishes are kept (ms; 0: none).
 CREATE OR REPLACE FUNCTION __SCHEMA__.finish(p_queue text, p_channel text, p_limit integer,
     p_lease bigint, p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[], p_reasons text[],
-    p_cands text[], p_dead text, OUT now bigint, OUT results integer[], OUT cron_from bigint[],
-    OUT recs text[]) LANGUAGE plpgsql AS $$
+    p_cands text[], p_dead text, p_keep bigint DEFAULT 0, OUT now bigint, OUT results integer[],
+    OUT cron_from bigint[], OUT recs text[]) LANGUAGE plpgsql AS $$
 BEGIN
     now := __SCHEMA__.now_ms();
     IF p_dead <> '' THEN
         PERFORM set_config('punctual.dead', p_dead, true);
+    END IF;
+    IF p_keep > 0 THEN
+        PERFORM set_config('punctual.keep', p_keep::text, true);
     END IF;
     SELECT f.results, f.cron_from, f.recs INTO results, cron_from, recs
     FROM __SCHEMA__.finish_all(p_queue, p_channel, p_limit, p_lease, now, p_kinds, p_ids,
@@ -1448,7 +1768,7 @@ BEGIN
                         SELECT t.state, t.next INTO v_state, v_next
                         FROM __SCHEMA__.next_tick(v_rec, e.tick, NULL, p_now, NULL) t;
                     END IF;
-                    PERFORM __SCHEMA__.bury(p_queue, e,
+                    PERFORM __SCHEMA__.bury(p_queue, p_channel, e,
                         'not acked after ' || v_attempts || ' deliveries', p_now);
                     IF e.tick IS NOT NULL THEN
                         PERFORM __SCHEMA__.place_tick(p_queue, p_channel, e.id, v_next);
@@ -1716,7 +2036,7 @@ BEGIN
                         SELECT t.state, t.next INTO v_state, v_next
                         FROM __SCHEMA__.next_tick(v_rec, e.tick, NULL, p_now, NULL) t;
                     END IF;
-                    PERFORM __SCHEMA__.bury(p_queue, e,
+                    PERFORM __SCHEMA__.bury(p_queue, p_channel, e,
                         'not acked after ' || v_attempts || ' deliveries', p_now);
                     IF e.tick IS NOT NULL THEN
                         PERFORM __SCHEMA__.place_tick(p_queue, p_channel, e.id, v_next);
@@ -1813,12 +2133,12 @@ END $$;
 CREATE OR REPLACE FUNCTION __SCHEMA__.claim(p_queue text, p_channel text, p_max integer,
     p_lease bigint, p_limit integer, p_token text, p_recover bigint,
     p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[], p_reasons text[],
-    p_cands text[], p_dead text,
+    p_cands text[], p_dead text, p_keep bigint DEFAULT 0,
     OUT now bigint, OUT head bigint, OUT more boolean, OUT locked boolean,
     OUT results integer[], OUT cron_from bigint[], OUT recs text[],
     OUT ids text[], OUT vals text[], OUT attempts integer[], OUT deadlines bigint[],
     OUT lease_ends bigint[], OUT schedule_recs text[], OUT whys text[],
-    OUT keys text[], OUT priorities smallint[])
+    OUT keys text[], OUT priorities smallint[], OUT traces text[])
 LANGUAGE plpgsql AS $$
 DECLARE
     v_lease_end bigint;
@@ -1840,6 +2160,9 @@ BEGIN
     IF p_dead <> '' THEN
         PERFORM set_config('punctual.dead', p_dead, true);
     END IF;
+    IF p_keep > 0 THEN
+        PERFORM set_config('punctual.keep', p_keep::text, true);
+    END IF;
     IF coalesce(cardinality(p_kinds), 0) = 0 THEN
         results := '{}'; cron_from := '{}'; recs := '{}';
     ELSE
@@ -1848,7 +2171,7 @@ BEGIN
             p_tokens, p_ms, p_reasons, p_cands) f;
     END IF;
     ids := '{}'; vals := '{}'; attempts := '{}'; deadlines := '{}'; lease_ends := '{}';
-    schedule_recs := '{}'; whys := '{}'; keys := '{}'; priorities := '{}';
+    schedule_recs := '{}'; whys := '{}'; keys := '{}'; priorities := '{}'; traces := '{}';
     IF p_recover IS NULL THEN
         -- A first sending that lands after its claim was given up on ('G'
         -- in finish_one) or sent again leases nothing.
@@ -1877,6 +2200,7 @@ BEGIN
             whys := whys || CASE WHEN v_limit > 0 AND e.attempt > v_limit
                 THEN 'not acked after ' || v_limit || ' deliveries' END;
             keys := keys || e.key; priorities := priorities || e.priority;
+            traces := traces || e.trace;
         END LOOP;
         IF array_length(ids, 1) > 0 THEN
             -- Entries may be due now: the client asks again at once then.
@@ -1903,6 +2227,9 @@ BEGIN
         INTO head, more, locked, ids, vals, attempts, deadlines, lease_ends, schedule_recs,
              whys, keys, priorities
         FROM __SCHEMA__.claim_fair(p_queue, p_max, p_lease, p_limit, p_token, p_channel, now) f;
+        traces := ARRAY(SELECT d.trace FROM unnest(ids) WITH ORDINALITY AS u(id, o)
+                        LEFT JOIN __SCHEMA__.entries d ON d.queue = p_queue AND d.id = u.id
+                        ORDER BY u.o);
         RETURN;
     END IF;
     -- One more than asked: if it comes, more are due. (A cursor, so that
@@ -1936,7 +2263,7 @@ BEGIN
                 SELECT t.state, t.next INTO v_state, v_next
                 FROM __SCHEMA__.next_tick(v_rec, e.tick, NULL, now, NULL) t;
             END IF;
-            PERFORM __SCHEMA__.bury(p_queue, e, 'not acked after ' || v_limit || ' deliveries',
+            PERFORM __SCHEMA__.bury(p_queue, p_channel, e, 'not acked after ' || v_limit || ' deliveries',
                 now);
             IF e.tick IS NOT NULL THEN
                 PERFORM __SCHEMA__.place_tick(p_queue, p_channel, e.id, v_next);
@@ -1951,6 +2278,7 @@ BEGIN
             UPDATE __SCHEMA__.entries d SET run_at = v_lease_end, attempt = e.attempt,
                 deadline = e.deadline, token = p_token, since = now
             WHERE CURRENT OF v_due;
+            traces := traces || e.trace;
             ids := ids || e.id; vals := vals || e.value; attempts := attempts || e.attempt;
             deadlines := deadlines || e.deadline; lease_ends := lease_ends || v_lease_end;
             schedule_recs := schedule_recs || v_rec;
@@ -1985,8 +2313,9 @@ BEGIN
 END $$;
 
 -- EXTEND: pushes the end of held leases (`p_ids[i]`, `p_tokens[i]`) to now
--- + `p_lease`. Each new end, or 0 where the lease was lost. A lease end
--- moved before the head is announced, like an insert.
+-- + `p_lease`. Each new end, or 0 where the lease was lost (-1: to a
+-- cancel, see cancels). A lease end moved before the head is announced,
+-- like an insert.
 CREATE OR REPLACE FUNCTION __SCHEMA__.extend(p_queue text, p_channel text, p_lease bigint,
     p_ids text[], p_tokens text[]) RETURNS bigint[] LANGUAGE plpgsql AS $$
 DECLARE
@@ -2024,8 +2353,196 @@ BEGIN
     IF array_length(v_held, 1) > 0 THEN
         PERFORM __SCHEMA__.announce(p_channel, v_end, v_old_head);
     END IF;
-    RETURN ARRAY(SELECT CASE WHEN o.ord = ANY (v_held) THEN v_end ELSE 0 END
-                 FROM unnest(p_ids) WITH ORDINALITY AS o(id, ord) ORDER BY o.ord);
+    IF coalesce(array_length(v_held, 1), 0) = cardinality(p_ids) THEN
+        RETURN array_fill(v_end, ARRAY[cardinality(p_ids)]);
+    END IF;
+    RETURN ARRAY(SELECT CASE WHEN o.ord = ANY (v_held) THEN v_end
+                             WHEN c.id IS NOT NULL THEN -1 ELSE 0 END
+                 FROM unnest(p_ids, p_tokens) WITH ORDINALITY AS o(id, token, ord)
+                 LEFT JOIN __SCHEMA__.cancels c ON c.queue = p_queue AND c.id = o.id
+                     AND c.token = o.token AND c.until >= v_end - p_lease
+                 ORDER BY o.ord);
+END $$;
+
+-- BEAT: a worker's heartbeat: refreshes its record (`p_worker`, JSON
+-- `p_record`, gone after three periods of `p_every` ms), forgets a few
+-- records gone, and extends its leases as extend() does.
+CREATE OR REPLACE FUNCTION __SCHEMA__.beat(p_queue text, p_channel text, p_lease bigint,
+    p_ids text[], p_tokens text[], p_worker text, p_record text, p_every bigint)
+RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    v_now bigint := __SCHEMA__.now_ms();
+BEGIN
+    INSERT INTO __SCHEMA__.workers AS w (queue, id, record, first, last, expires)
+    VALUES (p_queue, p_worker, p_record, v_now, v_now, v_now + 3 * p_every)
+    ON CONFLICT (queue, id) DO UPDATE SET record = excluded.record, last = excluded.last,
+        expires = excluded.expires
+    WHERE NOT w.gone;
+    DELETE FROM __SCHEMA__.workers w
+    USING (SELECT o.id FROM __SCHEMA__.workers o WHERE o.queue = p_queue AND o.expires < v_now
+           LIMIT 8 FOR UPDATE SKIP LOCKED) AS gone
+    WHERE w.queue = p_queue AND w.id = gone.id;
+    IF coalesce(cardinality(p_ids), 0) = 0 THEN
+        RETURN '{}';
+    END IF;
+    RETURN __SCHEMA__.extend(p_queue, p_channel, p_lease, p_ids, p_tokens);
+END $$;
+
+-- LEAVE: worker `p_worker` shut down: gone (a minute's tombstone).
+CREATE OR REPLACE FUNCTION __SCHEMA__.leave(p_queue text, p_worker text) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO __SCHEMA__.workers AS w (queue, id, record, first, last, expires, gone)
+    VALUES (p_queue, p_worker, '', __SCHEMA__.now_ms(), __SCHEMA__.now_ms(),
+        __SCHEMA__.now_ms() + 60000, true)
+    ON CONFLICT (queue, id) DO UPDATE SET gone = true,
+        expires = greatest(w.expires, excluded.expires);
+$$;
+
+-- LOOKUP: what `wait` knows of id `p_id`: its result if kept (`state` set),
+-- else whether a live entry has it (`live`); while one does, the id is
+-- looked for (see waits) for `p_wait` ms (the row written only when it
+-- would lapse within half of that: waiters of one id share it).
+CREATE OR REPLACE FUNCTION __SCHEMA__.lookup(p_queue text, p_id text, p_wait bigint,
+    OUT now bigint, OUT live boolean, OUT state text, OUT at bigint, OUT attempts integer,
+    OUT output text, OUT reason text) LANGUAGE plpgsql AS $$
+BEGIN
+    now := __SCHEMA__.now_ms();
+    SELECT r.state, r.at, r.attempts, r.output, r.reason INTO state, at, attempts, output, reason
+    FROM __SCHEMA__.results r WHERE r.queue = p_queue AND r.id = p_id AND r.until > now;
+    IF FOUND THEN
+        live := false;
+        RETURN;
+    END IF;
+    live := EXISTS (SELECT 1 FROM __SCHEMA__.entries e
+                    WHERE e.queue = p_queue AND e.id = p_id AND e.run_at IS NOT NULL);
+    IF live AND p_wait > 0 AND NOT EXISTS (
+        SELECT 1 FROM __SCHEMA__.waits w
+        WHERE w.queue = p_queue AND w.id = p_id AND w.until >= now + p_wait / 2) THEN
+        INSERT INTO __SCHEMA__.waits AS w (queue, id, until) VALUES (p_queue, p_id, now + p_wait)
+        ON CONFLICT (queue, id) DO UPDATE SET until = greatest(w.until, excluded.until);
+        DELETE FROM __SCHEMA__.waits w
+        USING (SELECT o.id FROM __SCHEMA__.waits o WHERE o.queue = p_queue AND o.until < now
+               LIMIT 8 FOR UPDATE SKIP LOCKED) AS gone
+        WHERE w.queue = p_queue AND w.id = gone.id;
+    END IF;
+END $$;
+
+-- CANCEL: deletes entry `p_id` at once, pending, due or leased, keeping
+-- its result 'c' (for `p_keep` ms; 0: none) and starting its unique
+-- window; a leased one's lease is revoked (its holder's finishes find
+-- nothing) and marked in `cancels` for its holder's next extension, which
+-- is told at once (a notification 'c'). A schedule's tick is replaced by
+-- its successor, as at an ack (`p_cands`: the cron instants for it). A
+-- dead letter is deleted as remove() does (it keeps its own result).
+-- `result`: 0 no such entry; 1 cancelled; 2 cancelled, it was leased;
+-- 3 a dead letter deleted; -1 the successor needs the cron instants of
+-- `rec` after `cron_from` (nothing changed).
+CREATE OR REPLACE FUNCTION __SCHEMA__.cancel(p_queue text, p_channel text, p_id text,
+    p_lease bigint, p_keep bigint, p_cands text, OUT result integer, OUT cron_from bigint,
+    OUT rec text) LANGUAGE plpgsql AS $$
+DECLARE
+    v_now bigint;
+    e __SCHEMA__.entries;
+    v_state text;
+    v_next bigint;
+    v_leased boolean;
+BEGIN
+    IF p_keep > 0 THEN
+        PERFORM set_config('punctual.keep', p_keep::text, true);
+    END IF;
+    -- A schedule's row before its tick, as remove() locks them.
+    PERFORM 1 FROM __SCHEMA__.schedules s WHERE s.queue = p_queue AND s.name = p_id FOR UPDATE;
+    SELECT * INTO e FROM __SCHEMA__.entries d WHERE d.queue = p_queue AND d.id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        result := 0;
+        RETURN;
+    END IF;
+    v_now := __SCHEMA__.now_ms();
+    IF e.run_at IS NULL THEN
+        PERFORM __SCHEMA__.remove(p_queue, p_channel, p_id, false);
+        result := 3;
+        RETURN;
+    END IF;
+    IF e.tick IS NOT NULL THEN
+        SELECT s.rec INTO rec FROM __SCHEMA__.schedules s
+        WHERE s.queue = p_queue AND s.name = p_id;
+        IF rec IS NOT NULL THEN
+            SELECT t.state, t.next INTO v_state, v_next
+            FROM __SCHEMA__.next_tick(rec, e.tick, e.since, v_now, p_cands) t;
+            IF v_state = 'c' THEN
+                result := -1; cron_from := v_next;
+                RETURN;
+            END IF;
+        END IF;
+        rec := NULL;
+    END IF;
+    v_leased := e.token IS NOT NULL AND e.run_at > v_now;
+    DELETE FROM __SCHEMA__.entries d WHERE d.queue = p_queue AND d.id = p_id;
+    IF e.unique_ms IS NOT NULL THEN
+        PERFORM __SCHEMA__.keep_taken(p_queue, ARRAY[p_id], ARRAY[e.unique_ms], v_now);
+    END IF;
+    IF v_leased AND e.key IS NOT NULL THEN
+        PERFORM __SCHEMA__.freed(p_queue, p_channel, ARRAY[e.key], ARRAY[1], NULL, v_now);
+    END IF;
+    IF e.token IS NOT NULL THEN
+        -- Its holder learns of it until its lease would have run out, and
+        -- a lease on: by then its own fence stopped it anyway.
+        INSERT INTO __SCHEMA__.cancels AS c (queue, id, token, until)
+        VALUES (p_queue, p_id, e.token, greatest(e.run_at, v_now) + p_lease)
+        ON CONFLICT (queue, id) DO UPDATE SET token = excluded.token, until = excluded.until;
+        DELETE FROM __SCHEMA__.cancels c
+        USING (SELECT o.id FROM __SCHEMA__.cancels o WHERE o.queue = p_queue AND o.until < v_now
+               LIMIT 8 FOR UPDATE SKIP LOCKED) AS gone
+        WHERE c.queue = p_queue AND c.id = gone.id;
+        PERFORM pg_notify(p_channel, 'c');
+    END IF;
+    IF e.tick IS NOT NULL THEN
+        UPDATE __SCHEMA__.schedules s SET last_run = coalesce(e.since, s.last_run),
+            last_outcome = 'c'
+        WHERE s.queue = p_queue AND s.name = p_id;
+    END IF;
+    PERFORM __SCHEMA__.keep_result(p_queue, p_id, 'c', v_now, e.attempt, NULL, NULL);
+    PERFORM __SCHEMA__.push_finished(p_queue, p_channel, ARRAY[p_id]);
+    IF e.tick IS NOT NULL AND v_next IS NOT NULL THEN
+        PERFORM __SCHEMA__.place_tick(p_queue, p_channel, p_id, v_next);
+    END IF;
+    result := CASE WHEN v_leased THEN 2 ELSE 1 END;
+END $$;
+
+-- PAUSE_SCHEDULE: pauses (`p_pause`) or resumes schedule `p_name`: its
+-- pending tick is parked (see parked()), or back at its instant (due at
+-- once if that passed: it runs once, late, and the schedule goes on by its
+-- rule). -1 no such schedule, 0 no change, 1 changed.
+CREATE OR REPLACE FUNCTION __SCHEMA__.pause_schedule(p_queue text, p_channel text, p_name text,
+    p_pause boolean) RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    v_paused boolean;
+    v_at bigint;
+    v_old_head bigint := __SCHEMA__.next_after(p_queue, __SCHEMA__.now_ms());
+BEGIN
+    SELECT s.paused INTO v_paused FROM __SCHEMA__.schedules s
+    WHERE s.queue = p_queue AND s.name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN -1;
+    END IF;
+    IF v_paused = p_pause THEN
+        RETURN 0;
+    END IF;
+    UPDATE __SCHEMA__.schedules s SET paused = p_pause WHERE s.queue = p_queue AND s.name = p_name;
+    IF p_pause THEN
+        UPDATE __SCHEMA__.entries e SET run_at = __SCHEMA__.parked()
+        WHERE e.queue = p_queue AND e.id = p_name AND e.tick IS NOT NULL AND e.token IS NULL
+          AND e.run_at IS NOT NULL;
+    ELSE
+        UPDATE __SCHEMA__.entries e SET run_at = e.tick
+        WHERE e.queue = p_queue AND e.id = p_name AND e.tick IS NOT NULL
+          AND e.run_at >= __SCHEMA__.parked()
+        RETURNING e.run_at INTO v_at;
+        IF v_at IS NOT NULL THEN
+            PERFORM __SCHEMA__.announce(p_channel, v_at, v_old_head);
+        END IF;
+    END IF;
+    RETURN 1;
 END $$;
 
 -- STATS: {pending, due, leased, dead}, on one clock; an expired lease
@@ -2117,18 +2634,24 @@ BEGIN
     result := 1;
 END $$;
 
--- SCHEDULES: every schedule with its record, value and next instant (NULL
--- while its tick is leased or missing).
+-- SCHEDULES: every schedule with its record, value, next instant (NULL
+-- while its tick is leased or missing; a parked tick's instant while
+-- paused), whether it is paused, and its last run and outcome.
 CREATE OR REPLACE FUNCTION __SCHEMA__.schedules(p_queue text)
-RETURNS TABLE (name text, rec text, value text, next bigint) LANGUAGE sql STABLE AS $$
-    SELECT s.name, s.rec, s.value, CASE WHEN e.token IS NULL THEN e.run_at END
+RETURNS TABLE (name text, rec text, value text, next bigint, paused boolean, last_run bigint,
+    last_outcome text) LANGUAGE sql STABLE AS $$
+    SELECT s.name, s.rec, s.value,
+        CASE WHEN e.token IS NULL THEN
+            CASE WHEN e.run_at >= __SCHEMA__.parked() THEN e.tick ELSE e.run_at END END,
+        s.paused, s.last_run, s.last_outcome
     FROM __SCHEMA__.schedules s
     LEFT JOIN __SCHEMA__.entries e ON e.queue = s.queue AND e.id = s.name AND e.tick IS NOT NULL
     WHERE s.queue = p_queue ORDER BY s.name
 $$;
 
 -- PURGE: deletes every entry and schedule of the queue, its key limits,
--- the starts its keys' rates count and its unique windows.
+-- the starts its keys' rates count, its unique windows, its kept results,
+-- waits and cancel marks.
 -- (Schedules before entries: the order schedule() and remove() lock them.)
 CREATE OR REPLACE FUNCTION __SCHEMA__.purge(p_queue text) RETURNS void LANGUAGE sql AS $$
     DELETE FROM __SCHEMA__.schedules WHERE queue = p_queue;
@@ -2137,6 +2660,9 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.purge(p_queue text) RETURNS void LANGUAGE 
     DELETE FROM __SCHEMA__.key_limits WHERE queue = p_queue;
     DELETE FROM __SCHEMA__.key_starts WHERE queue = p_queue;
     DELETE FROM __SCHEMA__.uniques WHERE queue = p_queue;
+    DELETE FROM __SCHEMA__.results WHERE queue = p_queue;
+    DELETE FROM __SCHEMA__.waits WHERE queue = p_queue;
+    DELETE FROM __SCHEMA__.cancels WHERE queue = p_queue;
 $$;
 
 -- SET_LIMIT: sets the limit of key `p_key` ('*': the default) to `p_limit`
@@ -2224,11 +2750,17 @@ BEGIN
         FROM (SELECT d.id FROM __SCHEMA__.entries d
               WHERE d.queue = p_queue AND d.run_at IS NULL
               ORDER BY d.died_at, d.seq FOR UPDATE) AS x
+    ), moved AS (
+        UPDATE __SCHEMA__.entries e SET run_at = v_at, seq = dead.seq, attempt = 0,
+            deadline = NULL, reason = NULL, died_at = NULL, errors = NULL
+        FROM dead WHERE e.queue = p_queue AND e.id = dead.id
+        RETURNING e.id
+    ), forgot AS (
+        -- Their next finishes are the ones to wait for.
+        DELETE FROM __SCHEMA__.results r USING moved m
+        WHERE r.queue = p_queue AND r.id = m.id
     )
-    UPDATE __SCHEMA__.entries e SET run_at = v_at, seq = dead.seq, attempt = 0,
-        deadline = NULL, reason = NULL, died_at = NULL
-    FROM dead WHERE e.queue = p_queue AND e.id = dead.id;
-    GET DIAGNOSTICS v_n = ROW_COUNT;
+    SELECT count(*) INTO v_n FROM moved;
     IF v_n > 0 THEN
         PERFORM __SCHEMA__.announce(p_channel, v_at, v_old_head);
     END IF;
@@ -2245,7 +2777,7 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.page(p_queue text, p_state text, p_score b
     p_seq bigint, p_limit integer)
 RETURNS TABLE (o_now bigint, o_id text, o_score bigint, o_seq bigint, o_attempt integer,
     o_deadline bigint, o_tick boolean, o_reason text, o_value text, o_key text,
-    o_priority smallint)
+    o_priority smallint, o_schedule text, o_errors text, o_since bigint, o_token text)
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v_now bigint := __SCHEMA__.now_ms();
@@ -2259,7 +2791,8 @@ BEGIN
     END IF;
     IF p_state = 'd' THEN
         RETURN QUERY SELECT v_now, x.id, x.run_at, x.seq, x.attempt, x.deadline,
-            x.tick IS NOT NULL, x.reason, x.value, x.key, x.priority
+            x.tick IS NOT NULL, x.reason, x.value, x.key, x.priority,
+            x.schedule, x.errors::text, x.since, x.token
         FROM ((SELECT e.* FROM __SCHEMA__.entries e
                WHERE e.queue = p_queue AND e.run_at IS NOT NULL AND e.key IS NULL
                  AND e.priority = 0 AND e.run_at <= v_now
@@ -2274,7 +2807,8 @@ BEGIN
         ORDER BY x.run_at, x.seq LIMIT p_limit;
     ELSIF p_state = 'p' THEN
         RETURN QUERY SELECT v_now, x.id, x.run_at, x.seq, x.attempt, x.deadline,
-            x.tick IS NOT NULL, x.reason, x.value, x.key, x.priority
+            x.tick IS NOT NULL, x.reason, x.value, x.key, x.priority,
+            x.schedule, x.errors::text, x.since, x.token
         FROM ((SELECT e.* FROM __SCHEMA__.entries e
                WHERE e.queue = p_queue AND e.run_at IS NOT NULL AND e.key IS NULL
                  AND e.priority = 0 AND e.token IS NULL
@@ -2289,17 +2823,84 @@ BEGIN
         ORDER BY x.run_at, x.seq LIMIT p_limit;
     ELSIF p_state = 'l' THEN
         RETURN QUERY SELECT v_now, e.id, e.run_at, e.seq, e.attempt, e.deadline,
-            e.tick IS NOT NULL, e.reason, e.value, e.key, e.priority
+            e.tick IS NOT NULL, e.reason, e.value, e.key, e.priority,
+            e.schedule, e.errors::text, e.since, e.token
         FROM __SCHEMA__.entries e
         WHERE e.queue = p_queue AND e.token IS NOT NULL
           AND (e.run_at, e.seq) > (v_score, v_seq)
         ORDER BY e.run_at, e.seq LIMIT p_limit;
     ELSE
         RETURN QUERY SELECT v_now, e.id, e.died_at, e.seq, e.attempt, e.deadline,
-            e.tick IS NOT NULL, e.reason, e.value, e.key, e.priority
+            e.tick IS NOT NULL, e.reason, e.value, e.key, e.priority,
+            e.schedule, e.errors::text, e.since, e.token
         FROM __SCHEMA__.entries e
         WHERE e.queue = p_queue AND e.run_at IS NULL
           AND (e.died_at, e.seq) > (v_score, v_seq)
         ORDER BY e.died_at, e.seq LIMIT p_limit;
+    END IF;
+END $$;
+
+-- PAGE_NEWEST: as page, each state's order walked backwards, from before
+-- (`p_score`, `p_seq`) (the largest bigints: from the end).
+CREATE OR REPLACE FUNCTION __SCHEMA__.page_newest(p_queue text, p_state text, p_score bigint,
+    p_seq bigint, p_limit integer)
+RETURNS TABLE (o_now bigint, o_id text, o_score bigint, o_seq bigint, o_attempt integer,
+    o_deadline bigint, o_tick boolean, o_reason text, o_value text, o_key text,
+    o_priority smallint, o_schedule text, o_errors text, o_since bigint, o_token text)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_now bigint := __SCHEMA__.now_ms();
+    v_score bigint := p_score;
+    v_seq bigint := p_seq;
+BEGIN
+    IF p_state = 'd' THEN
+        RETURN QUERY SELECT v_now, x.id, x.run_at, x.seq, x.attempt, x.deadline,
+            x.tick IS NOT NULL, x.reason, x.value, x.key, x.priority,
+            x.schedule, x.errors::text, x.since, x.token
+        FROM ((SELECT e.* FROM __SCHEMA__.entries e
+               WHERE e.queue = p_queue AND e.run_at IS NOT NULL AND e.key IS NULL
+                 AND e.priority = 0 AND e.run_at <= v_now
+                 AND (e.run_at, e.seq) < (v_score, v_seq)
+               ORDER BY e.run_at DESC, e.seq DESC LIMIT p_limit)
+              UNION ALL
+              (SELECT e.* FROM __SCHEMA__.entries e
+               WHERE e.queue = p_queue AND e.run_at IS NOT NULL
+                 AND (e.key IS NOT NULL OR e.priority <> 0) AND e.run_at <= v_now
+                 AND (e.run_at, e.seq) < (v_score, v_seq)
+               ORDER BY e.run_at DESC, e.seq DESC LIMIT p_limit)) AS x
+        ORDER BY x.run_at DESC, x.seq DESC LIMIT p_limit;
+    ELSIF p_state = 'p' THEN
+        RETURN QUERY SELECT v_now, x.id, x.run_at, x.seq, x.attempt, x.deadline,
+            x.tick IS NOT NULL, x.reason, x.value, x.key, x.priority,
+            x.schedule, x.errors::text, x.since, x.token
+        FROM ((SELECT e.* FROM __SCHEMA__.entries e
+               WHERE e.queue = p_queue AND e.run_at IS NOT NULL AND e.key IS NULL
+                 AND e.priority = 0 AND e.token IS NULL AND e.run_at > v_now
+                 AND (e.run_at, e.seq) < (v_score, v_seq)
+               ORDER BY e.run_at DESC, e.seq DESC LIMIT p_limit)
+              UNION ALL
+              (SELECT e.* FROM __SCHEMA__.entries e
+               WHERE e.queue = p_queue AND e.run_at IS NOT NULL
+                 AND (e.key IS NOT NULL OR e.priority <> 0) AND e.token IS NULL
+                 AND e.run_at > v_now
+                 AND (e.run_at, e.seq) < (v_score, v_seq)
+               ORDER BY e.run_at DESC, e.seq DESC LIMIT p_limit)) AS x
+        ORDER BY x.run_at DESC, x.seq DESC LIMIT p_limit;
+    ELSIF p_state = 'l' THEN
+        RETURN QUERY SELECT v_now, e.id, e.run_at, e.seq, e.attempt, e.deadline,
+            e.tick IS NOT NULL, e.reason, e.value, e.key, e.priority,
+            e.schedule, e.errors::text, e.since, e.token
+        FROM __SCHEMA__.entries e
+        WHERE e.queue = p_queue AND e.token IS NOT NULL AND e.run_at > v_now
+          AND (e.run_at, e.seq) < (v_score, v_seq)
+        ORDER BY e.run_at DESC, e.seq DESC LIMIT p_limit;
+    ELSE
+        RETURN QUERY SELECT v_now, e.id, e.died_at, e.seq, e.attempt, e.deadline,
+            e.tick IS NOT NULL, e.reason, e.value, e.key, e.priority,
+            e.schedule, e.errors::text, e.since, e.token
+        FROM __SCHEMA__.entries e
+        WHERE e.queue = p_queue AND e.run_at IS NULL
+          AND (e.died_at, e.seq) < (v_score, v_seq)
+        ORDER BY e.died_at DESC, e.seq DESC LIMIT p_limit;
     END IF;
 END $$;
