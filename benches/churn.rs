@@ -1,4 +1,4 @@
-//! Concurrent churn (issue 8): one producer task per runtime worker, each
+//! Concurrent churn: one producer task per runtime worker, each
 //! arming a 5-30 s timeout per request and cancelling its oldest one, over
 //! 1M pending timeouts. Every contender in the same run, same op pattern.
 //!
@@ -511,7 +511,7 @@ fn main() {
     let verdict = |ratio: f64, bar: f64| if ratio >= bar { "met" } else { "NOT met" };
     let queue_ratio = best_peer / queue;
     let jobs_ratio = spawn / jobs;
-    println!("\nBars (issue 8; throughput ratio = peer time / our time):");
+    println!("\nBars (throughput ratio = peer time / our time):");
     println!(
         "- DelayQueue >= 1.2x the best of (tokio-util + Mutex, Sleep per entry): \
          {queue_ratio:.2}x against {} -> {}",

@@ -1,5 +1,5 @@
 //! punctual's `Worker` against the job queues a team would otherwise pick,
-//! each peer run in its own way in the same run, in turns (issue 42).
+//! each peer run in its own way in the same run, in turns.
 //!
 //! # Workloads
 //!
@@ -726,7 +726,7 @@ fn main() {
         jobs: env_u64("PEERS_JOBS", 20_000),
     };
 
-    println!("# punctual against its peers (issue 42)\n");
+    println!("# punctual against its peers\n");
     println!(
         "code: {}; {} CPUs; load {:.2}; {runs} rounds, {} jobs per run, concurrency {CONCURRENCY}",
         commit(),

@@ -53,7 +53,7 @@
 //!    50,000 entries in chunks of 256 from 8 producers, `insert_many`
 //!    against a multi-row `INSERT … SELECT FROM unnest(…)`.
 //!
-//! 4. random delays (issue 32): 20,000 jobs each due 0 to 2 s after its
+//! 4. random delays: 20,000 jobs each due 0 to 2 s after its
 //!    insert, one producer with 256 calls in flight over a pool of 10 that
 //!    the consumers share, the worker (resp. the floor's consumers) running
 //!    from the start: lateness p50, p99 and the p99 of the jobs due after

@@ -1,5 +1,5 @@
 //! Workload 4: jobs inserted with random delays while the consumers run,
-//! against the floor, same server, same run (issue 32).
+//! against the floor, same server, same run.
 //!
 //! 20,000 jobs, each due 0 to 2 s (uniform) after its insert, inserted by
 //! one producer task with 256 calls in flight at full speed, over a pool of

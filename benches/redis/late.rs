@@ -1,6 +1,6 @@
 //! Workload 11: lateness of jobs inserted with random delays while the
 //! consumers run, against the hand-written poller of the main file, same
-//! server, same run (issue 32).
+//! server, same run.
 //!
 //! 20,000 jobs, each due 0 to 2 s (uniform) after its insert, inserted by
 //! one producer task with 256 calls in flight at full speed: most inserts
