@@ -356,7 +356,10 @@ where
             if let Some(grace_over) = self.stopping {
                 let settled =
                     self.runs.is_empty() && self.finished.is_empty() && self.requests.is_empty();
-                if settled || now >= deadline_after(grace_over, ANSWER_AFTER) {
+                // Settled, the answer waits for the worker's record to go
+                // (below, after the loop): `workers()` no longer lists it
+                // once `shutdown` returns.
+                if !settled && now >= deadline_after(grace_over, ANSWER_AFTER) {
                     // What is still on its way goes on in the background; a
                     // handler that could not be dropped keeps its lease.
                     self.answer.send_replace(true);
@@ -473,6 +476,7 @@ where
             let _ = tokio::time::timeout(STOP_WAIT, flush).await;
         }
         let _ = tokio::time::timeout(STOP_WAIT, self.queue.leave(&self.worker)).await;
+        self.answer.send_replace(true);
     }
 
     /// Starts prefetched entries while places are free. One whose lease may
