@@ -77,7 +77,6 @@ async fn a_pending_entry_is_a_member_a_record_and_a_value_under_the_hash_tag() {
         keys,
         [
             "punctual:{lay-out}:entries",
-            "punctual:{lay-out}:history",
             "punctual:{lay-out}:schedule",
             "punctual:{lay-out}:seq",
         ]

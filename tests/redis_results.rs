@@ -203,3 +203,43 @@ async fn new_keys_share_the_hash_tag_and_results_expire() {
         "{fields}"
     );
 }
+
+/// The history is kept beside the entries (`h:<kind><minute>` fields) for
+/// a day: the first count of a minute deletes what is older.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_older_than_a_day_is_deleted_by_the_first_count_of_a_minute() {
+    let server = RedisServer::start();
+    let q = builder::<u32>(&server, "old-history")
+        .build()
+        .await
+        .unwrap();
+    let now = q.now().await.unwrap();
+    let minute = now.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() / 60;
+    let key = "punctual:{old-history}:entries";
+    let old = format!("h:i{}", minute - 2000);
+    let recent = format!("h:d{}", minute - 100);
+    server.cli(&[
+        "HSET",
+        key,
+        &old,
+        "5",
+        &recent,
+        "3",
+        "h:last",
+        &(minute - 1500).to_string(),
+    ]);
+    let since = now - Duration::from_secs(3 * 3600);
+    let before = q.history(since).await.unwrap();
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert_eq!((before[0].done, before[0].inserted), (3, 0));
+    q.insert(&1, HOUR).await.unwrap();
+    assert_eq!(
+        server.cli(&["HEXISTS", key, &old]),
+        "0",
+        "a count older than a day stays"
+    );
+    assert_eq!(server.cli(&["HEXISTS", key, &recent]), "1");
+    let after = q.history(since).await.unwrap();
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert_eq!(after[1].inserted, 1);
+}

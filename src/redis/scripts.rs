@@ -1,7 +1,7 @@
 //! The server-side Lua scripts: every operation on a queue is one of them,
 //! in `scripts/<operation>.lua`, each opening with its KEYS, ARGV and reply.
 //!
-//! Each script gets the queue's seventeen keys in the order of [`Keys`] and reads
+//! Each script gets the queue's sixteen keys in the order of [`Keys`] and reads
 //! the clock with `TIME`, so every process agrees on what is due. A script
 //! that fails half way leaves its first writes in place, so each one checks
 //! the type of every key it writes before its first write: the hot ones
@@ -24,9 +24,9 @@ use redis::Script;
 pub(crate) struct Keys {
     /// `schedule`, `entries`, `leases`, `dead`, `seq`, `schedules`,
     /// `given_up`, `requests`, `special`, `ready`, `held`, `limits`,
-    /// `unique`, `kept`, `marks`, `workers`, `history`, in the order the
-    /// scripts expect them as `KEYS[1..=17]`.
-    pub(crate) all: [String; 17],
+    /// `unique`, `kept`, `marks`, `workers`, in the order the scripts
+    /// expect them as `KEYS[1..=16]`.
+    pub(crate) all: [String; 16],
     /// The pub/sub channel announcing a new head.
     pub(crate) channel: String,
     /// The pub/sub channel announcing finishes whose results are kept, and
@@ -55,7 +55,6 @@ impl Keys {
                 key("kept"),
                 key("marks"),
                 key("workers"),
-                key("history"),
             ],
             channel: key("wake"),
             done: key("done"),

@@ -150,9 +150,9 @@ impl Backdoor for crate::common::stores::redis::Store {
         keys
     }
 
-    // schedule, entries, leases, dead, seq and history (`schedules` only
-    // with a schedule).
-    const FOUR_STATES: usize = 6;
+    // schedule, entries, leases, dead and seq (`schedules` only with a
+    // schedule).
+    const FOUR_STATES: usize = 5;
 
     fn corrupt(&self, name: &str, id: &str, raw: &str) {
         let key = format!("punctual:{{{name}}}:entries");

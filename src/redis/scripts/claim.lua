@@ -57,8 +57,17 @@ local kept = ledger and ledger.recall()
 -- priority (then the claim walks the claim index; ops cannot add the first
 -- one: it would be leased now). The keys of options are checked before any
 -- write.
-local flags = redis.call('HMGET', ENTRIES, PAUSED, OPTIONS)
+local flags = redis.call('HMGET', ENTRIES, PAUSED, OPTIONS, TRACES)
 local paused, any_options = flags[1] ~= false, flags[2] ~= false
+-- The fields read per entry: its record and value, and its trace context
+-- where an insert ever kept one.
+local W = 2
+if flags[3] then W = 3 end
+local function field_of(i, n) return W * (i - 1) + n end
+local function trace_of(got, i)
+  if W == 3 then return got[field_of(i, 3)] end
+  return nil
+end
 if any_options then
   local e = options().check_options() or ensure(LEASES, 'zset')
   if e then return e end
@@ -173,14 +182,15 @@ if not any_options then
   for i = 1, n do
     local id = string.sub(due[2 * i - 1], 17)
     ids[i] = id
-    fields[3 * i - 2], fields[3 * i - 1], fields[3 * i] = 'm:' .. id, 'v:' .. id, 't:' .. id
+    fields[field_of(i, 1)], fields[field_of(i, 2)] = 'm:' .. id, 'v:' .. id
+    if W == 3 then fields[field_of(i, 3)] = 't:' .. id end
   end
   local got = redis.call('HMGET', ENTRIES, unpack(fields))
   local items, leases, records, members, burying = {}, {}, {}, {}, {}
   for i = 1, n do
     local member, score = due[2 * i - 1], tonumber(due[2 * i])
     local id = ids[i]
-    local e = parse(got[3 * i - 2]) or {attempt = 0, token = ''}
+    local e = parse(got[field_of(i, 1)]) or {attempt = 0, token = ''}
     e.member = member
     local rec = e.tick and redis.call('HGET', SCHEDULES, id)
     local most = e.max or limit
@@ -197,16 +207,17 @@ if not any_options then
       e.token, e.since = token, now
       leases[#leases + 1] = lease_arg
       leases[#leases + 1] = id
-      records[#records + 1] = fields[3 * i - 2]
+      records[#records + 1] = fields[field_of(i, 1)]
       records[#records + 1] = record(e)
       members[#members + 1] = lease_arg
       members[#members + 1] = member
-      items[#items + 1] = item(id, got[3 * i - 1], e, lease_until, rec, why, got[3 * i])
+      items[#items + 1] = item(id, got[field_of(i, 2)], e, lease_until, rec, why,
+        trace_of(got, i))
     end
   end
   if #burying > 0 then
     local e = ensure(LEASES, 'zset') or ensure(DEAD, 'zset') or check_seq()
-      or ensure(UNIQUE, 'zset') or ensure(HISTORY, 'hash') or ensure(KEPT, 'zset')
+      or ensure(UNIQUE, 'zset') or ensure(KEPT, 'zset')
     if e then return e end
   end
   if #leases > 0 then
@@ -441,14 +452,15 @@ end
 -- Reads first: a key of another type fails here, before any write.
 local fields = {}
 for i, c in ipairs(chosen) do
-  fields[3 * i - 2], fields[3 * i - 1], fields[3 * i] = 'm:' .. c[1], 'v:' .. c[1], 't:' .. c[1]
+  fields[field_of(i, 1)], fields[field_of(i, 2)] = 'm:' .. c[1], 'v:' .. c[1]
+  if W == 3 then fields[field_of(i, 3)] = 't:' .. c[1] end
 end
 local got = #fields > 0 and hmget_sliced(ENTRIES, fields) or {}
 local items, leases, records, plain_members, members, held, burying, taken = {}, {}, {}, {}, {},
   {}, {}, {}
 for i, c in ipairs(chosen) do
   local id, score = c[1], c[2]
-  local e = parse(got[3 * i - 2])
+  local e = parse(got[field_of(i, 1)])
   if c[3] then
     e = e or {attempt = 0, token = ''}
     e.member = c[3]
@@ -478,7 +490,7 @@ for i, c in ipairs(chosen) do
       e.token, e.since = token, now
       leases[#leases + 1] = lease_arg
       leases[#leases + 1] = id
-      records[#records + 1] = fields[3 * i - 2]
+      records[#records + 1] = fields[field_of(i, 1)]
       records[#records + 1] = record(e)
       if c[3] then
         plain_members[#plain_members + 1] = lease_arg
@@ -491,13 +503,14 @@ for i, c in ipairs(chosen) do
         local k = c[5] and keys[c[5]]
         if k then k.started = k.started + 1 end
       end
-      items[#items + 1] = item(id, got[3 * i - 1], e, lease_until, rec, why, got[3 * i])
+      items[#items + 1] = item(id, got[field_of(i, 2)], e, lease_until, rec, why,
+        trace_of(got, i))
     end
   end
 end
 if #burying > 0 then
   local e = ensure(LEASES, 'zset') or ensure(DEAD, 'zset') or check_seq()
-    or ensure(HISTORY, 'hash') or ensure(KEPT, 'zset')
+    or ensure(KEPT, 'zset')
   if e then return e end
 end
 if #leases > 0 then

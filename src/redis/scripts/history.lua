@@ -1,27 +1,28 @@
 -- HISTORY: the counts per minute of the last day, from `since`.
 -- KEYS: the queue's keys. ARGV: since (ms).
 -- Returns {now, {minute (ms), inserted, done, failed, dead}...}, oldest
--- first, minutes without events left out.
+-- first, minutes without events left out. One read of the day's fields
+-- (ENTRIES 'h:<kind><minute>', see `count_history`).
 local err = check_all()
 if err then return err end
 local now = now_ms()
-local from = math.max(math.floor(tonumber(ARGV[1]) / 60000), math.floor(now / 60000) - 1440)
-local minutes, order = {}, {}
-local slot = {i = 1, d = 2, f = 3, x = 4}
-local all = redis.call('HGETALL', HISTORY)
-for i = 1, #all, 2 do
-  local kind, minute = string.sub(all[i], 1, 1), tonumber(string.sub(all[i], 2))
-  if minute and minute >= from and slot[kind] then
-    local m = minutes[minute]
-    if not m then
-      m = {minute * 60000, 0, 0, 0, 0}
-      minutes[minute] = m
-      order[#order + 1] = minute
-    end
-    m[1 + slot[kind]] = m[1 + slot[kind]] + tonumber(all[i + 1])
+local last = math.floor(now / 60000)
+local from = math.max(math.floor(tonumber(ARGV[1]) / 60000), last - 1440)
+local fields = {}
+for m = from, last do
+  for _, kind in ipairs(HISTORY_KINDS) do fields[#fields + 1] = 'h:' .. kind .. int(m) end
+end
+local got = hmget_sliced(ENTRIES, fields)
+local out = {now}
+for i = 0, last - from do
+  local counts = {}
+  local any = false
+  for k = 1, 4 do
+    counts[k] = tonumber(got[4 * i + k]) or 0
+    if counts[k] > 0 then any = true end
+  end
+  if any then
+    out[#out + 1] = {(from + i) * 60000, counts[1], counts[2], counts[3], counts[4]}
   end
 end
-table.sort(order)
-local out = {now}
-for _, minute in ipairs(order) do out[#out + 1] = minutes[minute] end
 return out

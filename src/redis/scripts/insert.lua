@@ -6,7 +6,7 @@
 -- '<priority>:<max attempts>:<unique ms>:<replace 0/1>:<key>' (max
 -- attempts, unique ms and key empty when not set), and the inserting
 -- span's trace context ('' for none), kept as ENTRIES 't:' .. id.
--- Each insert counts in HISTORY.
+-- Each insert counts in the history (see `count_history`).
 -- Returns {inserted, id, ...}: 1 and the id when it inserted (or
 -- replaced), 0 and the id when it was refused: an entry has that id
 -- (leased, dead, a schedule's tick, or pending without `replace`; an
@@ -56,7 +56,11 @@ for i = 0, n - 1 do
   end
   probe[i + 1] = 'm:' .. id
 end
+-- With this minute's counts of the history.
+local probe_n = #probe
+for _, field in ipairs(history_fields(now)) do probe[#probe + 1] = field end
 local found = hmget_sliced(ENTRIES, probe)
+take_history(found, probe_n + 1)
 local exists = {}
 for i = 1, n do
   if found[i] then exists[string.sub(probe[i], 3)] = found[i] end
@@ -118,10 +122,8 @@ for i = 0, n - 1 do
   out[#out + 1] = id
 end
 if #order == 0 then return out end
-local err = ensure(HISTORY, 'hash')
-if err then return err end
 if with_options then
-  err = options().check_options()
+  local err = options().check_options()
   if err then return err end
 end
 -- The replaced entries leave their places (the first writes, to READY and
@@ -145,6 +147,8 @@ for _, id in ipairs(order) do
   if f.trace ~= '' then
     fields[#fields + 1] = 't:' .. id
     fields[#fields + 1] = f.trace
+    fields[#fields + 1] = TRACES
+    fields[#fields + 1] = '1'
   end
   if special(f.e) then
     specials[#specials + 1] = f.at

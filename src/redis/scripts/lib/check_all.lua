@@ -5,6 +5,6 @@ local function check_all()
     or ensure(GIVEN_UP, 'zset') or ensure(REQUESTS, 'zset') or ensure(SPECIAL, 'zset')
     or ensure(READY, 'zset') or ensure(HELD, 'zset') or ensure(LIMITS, 'hash')
     or ensure(UNIQUE, 'zset') or ensure(KEPT, 'zset') or ensure(MARKS, 'zset')
-    or ensure(WORKERS, 'hash') or ensure(HISTORY, 'hash')
+    or ensure(WORKERS, 'hash')
 end
 

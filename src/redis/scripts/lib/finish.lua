@@ -25,7 +25,7 @@ end
 -- {-1, from, rec} if the successor needs cron instants after `from`
 -- (nothing changed). An ack keeps `output` ('' for none) in its result
 -- (see `keep_result`); a failed attempt ('f', 'x') is kept in the entry's
--- errors and counted in HISTORY, as every ack and death. The caller
+-- errors and counted in the history, as every ack and death. The caller
 -- checked every key's type.
 local function finish(kind, id, token, ms, reason, cands, now, limit, channel, output)
   if kind == 'G' then
@@ -119,7 +119,13 @@ local function finish_all(at, n, now, limit, channel)
     fields[i + 1] = 'm:' .. ARGV[at + 7 * i + 1]
   end
   -- Reads ENTRIES (a key of another type fails here, before any write).
+  -- And whether trace contexts were ever kept (then acks delete theirs),
+  -- and this minute's counts of the history.
+  fields[n + 1] = TRACES
+  for _, field in ipairs(history_fields(now)) do fields[#fields + 1] = field end
   local records = hmget_sliced(ENTRIES, fields)
+  local traces = records[n + 1]
+  take_history(records, n + 2)
   -- Acks together write SCHEDULE, LEASES, ENTRIES (read above) and, for
   -- entries with options, the keys of options; the other ops may write
   -- every key.
@@ -133,8 +139,7 @@ local function finish_all(at, n, now, limit, channel)
       with_options = true
     end
   end
-  local e = ensure(SCHEDULE, 'zset') or ensure(HISTORY, 'hash')
-    or (KEEP > 0 and ensure(KEPT, 'zset'))
+  local e = ensure(SCHEDULE, 'zset') or (KEEP > 0 and ensure(KEPT, 'zset'))
   if others then
     e = e or ensure(LEASES, 'zset') or ensure(DEAD, 'zset') or check_seq()
       or ensure(SCHEDULES, 'hash') or ensure(GIVEN_UP, 'zset')
@@ -166,8 +171,9 @@ local function finish_all(at, n, now, limit, channel)
           gone[#gone + 1] = fields[i + 1]
           gone[#gone + 1] = 'v:' .. id
           gone[#gone + 1] = 'r:' .. id
-          gone[#gone + 1] = 'e:' .. id
-          gone[#gone + 1] = 't:' .. id
+          -- Failed attempts are kept only by an entry delivered before.
+          if record.attempt > 1 then gone[#gone + 1] = 'e:' .. id end
+          if traces then gone[#gone + 1] = 't:' .. id end
           if KEEP > 0 then kept[#kept + 1] = {id, record.attempt, ARGV[o + 6]} end
         end
         results[i + 1] = 1

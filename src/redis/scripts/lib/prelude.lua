@@ -17,10 +17,8 @@ local SCHEDULE, ENTRIES, LEASES, DEAD, SEQ, SCHEDULES, GIVEN_UP, REQUESTS =
 local SPECIAL, READY, HELD, LIMITS, UNIQUE = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 -- KEPT id -> until when its result (ENTRIES 'k:' .. id) is kept; MARKS
 -- '<token>\n<id>' -> until when a cancelled lease is told so at its
--- extension; WORKERS worker id -> '<first>,<last>,<record JSON>';
--- HISTORY '<kind><minute>' -> count ('i' inserted, 'd' done, 'f' failed,
--- 'x' dead; minute: ms since the epoch / 60000).
-local KEPT, MARKS, WORKERS, HISTORY = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
+-- extension; WORKERS worker id -> '<first>,<last>,<record JSON>'.
+local KEPT, MARKS, WORKERS = KEYS[14], KEYS[15], KEYS[16]
 
 -- The field of ENTRIES that marks the queue paused (its value: since when,
 -- in ms). No entry's field has this name: theirs start with 'm:', 'v:' or
@@ -37,6 +35,10 @@ local INSTANCE = 'instance'
 -- deletes it): a claim on a queue without entries with options learns so
 -- from the read of PAUSED, and reads SCHEDULE alone.
 local OPTIONS = 'options'
+
+-- The field of ENTRIES set once an insert kept a trace context (`t:<id>`):
+-- claims read those only from then on.
+local TRACES = 'traces'
 
 -- The calling handle's dead-letter retention, set by `rules`: the oldest
 -- a dead letter may be (ms) and how many are kept; -1 for no limit.
@@ -213,31 +215,60 @@ local function announce_finished(channel, now)
   FINISHED = {}
 end
 
--- The events of this run, counted in HISTORY by `count_history`.
+-- The history: per minute of the server's clock, ENTRIES 'h:<kind><minute>'
+-- -> count ('i' inserted, 'd' done, 'f' failed attempts, 'x' dead; minute:
+-- ms since the epoch / 60000), and 'h:last' -> the latest minute counted.
+-- In ENTRIES, so the scripts that finish read this minute's counts in the
+-- read of the records they make anyway; minutes older than a day are
+-- deleted by the first count of a minute.
 local EVENTS = {i = 0, d = 0, f = 0, x = 0}
+local HISTORY_KINDS = {'i', 'd', 'f', 'x'}
+-- This minute's counts and 'h:last' as read (nil: not read yet).
+local HISTORY_HAD = nil
 
--- Adds this run's events to their minute in HISTORY (a read and a write:
--- HINCRBY is not among the commands the documented ACL rules allow); the
--- first event of a kind in a minute forgets the minutes older than a day.
+-- The fields of ENTRIES that `take_history` reads, for the minute of `now`.
+local function history_fields(now)
+  local minute = int(math.floor(now / 60000))
+  return {'h:i' .. minute, 'h:d' .. minute, 'h:f' .. minute, 'h:x' .. minute, 'h:last'}
+end
+
+-- Keeps what a read of `history_fields` found (`got`, from index `at`).
+local function take_history(got, at)
+  HISTORY_HAD = {i = got[at], d = got[at + 1], f = got[at + 2], x = got[at + 3],
+    last = got[at + 4]}
+end
+
+-- Adds this run's events to their minute, in one write.
 local function count_history(now)
+  if EVENTS.i + EVENTS.d + EVENTS.f + EVENTS.x == 0 then return end
+  if not HISTORY_HAD then take_history(redis.call('HMGET', ENTRIES, unpack(history_fields(now))), 1) end
   local minute = math.floor(now / 60000)
-  for _, kind in ipairs({'i', 'd', 'f', 'x'}) do
+  local fields = {}
+  for _, kind in ipairs(HISTORY_KINDS) do
     local n = EVENTS[kind]
     if n > 0 then
+      HISTORY_HAD[kind] = int((tonumber(HISTORY_HAD[kind]) or 0) + n)
+      fields[#fields + 1] = 'h:' .. kind .. int(minute)
+      fields[#fields + 1] = HISTORY_HAD[kind]
       EVENTS[kind] = 0
-      local field = kind .. int(minute)
-      local had = tonumber(redis.call('HGET', HISTORY, field))
-      redis.call('HSET', HISTORY, field, int((had or 0) + n))
-      if not had then
-        local all, old = redis.call('HGETALL', HISTORY), {}
-        for i = 1, #all, 2 do
-          local at = tonumber(string.sub(all[i], 2))
-          if not at or at < minute - 1440 then old[#old + 1] = all[i] end
-        end
-        if #old > 0 then call_sliced('HDEL', HISTORY, old) end
-      end
     end
   end
+  local last = tonumber(HISTORY_HAD.last)
+  if last ~= minute then
+    fields[#fields + 1] = 'h:last'
+    fields[#fields + 1] = int(minute)
+    HISTORY_HAD.last = int(minute)
+    if last and last < minute then
+      -- The first count of this minute: what the first count of `last`
+      -- left (up to last - 1441) goes, up to a day ago.
+      local old = {}
+      for m = last - 1440, math.min(last, minute - 1441) do
+        for _, kind in ipairs(HISTORY_KINDS) do old[#old + 1] = 'h:' .. kind .. int(m) end
+      end
+      if #old > 0 then call_sliced('HDEL', ENTRIES, old) end
+    end
+  end
+  redis.call('HSET', ENTRIES, unpack(fields))
 end
 
 -- Adds a failed attempt (attempt, at, reason) to the last ten of entry

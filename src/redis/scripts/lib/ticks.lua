@@ -43,7 +43,7 @@ end
 -- 0) that keeps the value stored under the name.
 -- A paused schedule's tick is parked instead: out of SCHEDULE, its due
 -- time in ENTRIES 'p:' .. name (see pause_schedule.lua). Counted as
--- inserted in HISTORY.
+-- inserted in the history.
 local function successor(name, at, channel, now)
   EVENTS.i = EVENTS.i + 1
   local old_head, busy = head()
