@@ -223,6 +223,8 @@ if not any_options then
   if #leases > 0 then
     -- The first write: it fails alone if LEASES holds another type.
     redis.call('ZADD', LEASES, unpack(leases))
+    -- The history's counts of the finishes above, in the same write.
+    for _, x in ipairs(history_writes(now)) do records[#records + 1] = x end
     redis.call('HSET', ENTRIES, unpack(records))
     redis.call('ZADD', SCHEDULE, unpack(members))
   end
@@ -516,6 +518,7 @@ end
 if #leases > 0 then
   -- The first write: it fails alone if LEASES holds another type.
   call_sliced('ZADD', LEASES, leases)
+  for _, x in ipairs(history_writes(now)) do records[#records + 1] = x end
   call_sliced('HSET', ENTRIES, records)
   call_sliced('ZADD', SCHEDULE, plain_members)
   call_sliced('ZADD', SPECIAL, members)

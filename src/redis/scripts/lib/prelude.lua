@@ -238,9 +238,12 @@ local function take_history(got, at)
     last = got[at + 4]}
 end
 
--- Adds this run's events to their minute, in one write.
-local function count_history(now)
-  if EVENTS.i + EVENTS.d + EVENTS.f + EVENTS.x == 0 then return end
+-- The fields and values that add this run's events to their minute (their
+-- write is the caller's: a write of ENTRIES it makes anyway), the events
+-- then counted; deletes the minutes older than a day at the first count
+-- of a minute.
+local function history_writes(now)
+  if EVENTS.i + EVENTS.d + EVENTS.f + EVENTS.x == 0 then return {} end
   if not HISTORY_HAD then take_history(redis.call('HMGET', ENTRIES, unpack(history_fields(now))), 1) end
   local minute = math.floor(now / 60000)
   local fields = {}
@@ -268,7 +271,13 @@ local function count_history(now)
       if #old > 0 then call_sliced('HDEL', ENTRIES, old) end
     end
   end
-  redis.call('HSET', ENTRIES, unpack(fields))
+  return fields
+end
+
+-- Adds this run's events to their minute, in one write.
+local function count_history(now)
+  local fields = history_writes(now)
+  if #fields > 0 then redis.call('HSET', ENTRIES, unpack(fields)) end
 end
 
 -- Adds a failed attempt (attempt, at, reason) to the last ten of entry
