@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-common::stores::on_memory_and_pg! {
+common::stores::on_every_store! {
     /// A worker appears in `workers()` from its start, with its name, host,
     /// process, places and the runs it has under way (each with when it
     /// began, by the store's clock); a leased entry names it; it is gone

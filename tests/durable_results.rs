@@ -25,7 +25,7 @@ fn recent(at: SystemTime) -> bool {
     gap < Duration::from_secs(5)
 }
 
-common::stores::on_memory_and_pg! {
+common::stores::on_every_store! {
     /// With `keep_results`, an entry that finishes leaves its result:
     /// done (with its handler's output), dead (with its reason), cancelled;
     /// a requeued dead letter's result is gone until it finishes again.

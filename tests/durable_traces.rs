@@ -43,7 +43,7 @@ fn spans(exporter: &InMemorySpanExporter, name: &str) -> Vec<SpanData> {
         .collect()
 }
 
-common::stores::on_memory_and_pg! {
+common::stores::on_every_store! {
     /// Entries inserted in a request's span (by `insert`, `insert_with_id`,
     /// `insert_many`, `insert_with`) run in `punctual.run` spans whose
     /// parent is that request's span, on the first attempt and the retry.

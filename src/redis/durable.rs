@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use super::error::Error;
 use super::inner::{Attempt, Held, Op};
 use super::queue::RedisQueue;
-use crate::durable::store::{Applied, Batch, Finish, Sealed, record_delivered};
+use crate::durable::store::{Applied, Batch, Extended, Finish, Sealed, record_delivered};
 use crate::durable::wait::Waiter;
 
 crate::durable::durable_by_inherent_methods!(RedisQueue);
@@ -95,5 +95,49 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Sealed for RedisQu
         let held: Vec<&Held> = leases.iter().collect();
         let ends = self.inner().extend(&held, lease).await?;
         Ok(ends.into_iter().map(|end| end.is_some()).collect())
+    }
+
+    async fn extend_marked(
+        &self,
+        leases: &[Held],
+        lease: Duration,
+    ) -> Result<Vec<Extended>, Error> {
+        let held: Vec<&Held> = leases.iter().collect();
+        self.inner().extend_marked(&held, lease, None).await
+    }
+
+    fn cancels(&self) -> Option<watch::Receiver<u64>> {
+        self.inner().listen();
+        Some(self.inner().cancels.subscribe())
+    }
+
+    async fn beat(
+        &self,
+        leases: &[Held],
+        lease: Duration,
+        record: &str,
+    ) -> Result<Vec<Extended>, Error> {
+        let held: Vec<&Held> = leases.iter().collect();
+        let id = crate::durable::health::Record::from_json(record).map(|r| r.id);
+        let worker = id.as_deref().map(|id| (id, record));
+        self.inner().extend_marked(&held, lease, worker).await
+    }
+
+    async fn leave(&self, worker: &str) -> Result<(), Error> {
+        let mut invocation = self.inner().script(&super::scripts::SCRIPTS.leave);
+        invocation.arg(worker);
+        let _: i64 = self.inner().run(&invocation).await?;
+        Ok(())
+    }
+
+    async fn claim_for(
+        &self,
+        attempt: &mut Attempt,
+        max: usize,
+        finished: &[Finish<Held>],
+        worker: &str,
+    ) -> Result<Batch<T, Held>, Error> {
+        attempt.for_worker(worker);
+        self.claim(attempt, max, finished).await
     }
 }

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::{FromRedisValue, ScriptInvocation, Value};
+use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
 use super::conn::Conn;
@@ -33,7 +34,7 @@ use crate::durable::batch::Batcher;
 pub(crate) use crate::durable::ops::{Held, Op};
 use crate::durable::ops::{OpResult, Releases, Retention, Tick, pending_where_unsettled, settle};
 pub(crate) use crate::durable::ops::{cron_instants, millis};
-use crate::durable::store::Applied;
+use crate::durable::store::{Applied, Extended};
 use crate::durable::wait::Waiter;
 use crate::lock::Lock;
 use crate::queue::deadline_after;
@@ -60,6 +61,13 @@ pub(crate) struct Inner {
     in_doubt: Lock<Vec<Op>>,
     /// Single inserts made at the same time, sent as one script.
     pub(crate) inserts: Arc<Batcher<Put, (bool, String), Error>>,
+    /// The ids of finished entries whose results are kept, as the done
+    /// channel announces them (the listener sends them), for `wait`.
+    pub(crate) finishes: broadcast::Sender<Arc<str>>,
+    /// Counts the done channel's announcements of cancelled leases (and
+    /// the listener's subscriptions, after which some may have been
+    /// missed), for workers.
+    pub(crate) cancels: watch::Sender<u64>,
 }
 
 /// One entry of an insert: its id (`""`: made by the script), value,
@@ -70,6 +78,8 @@ pub(crate) struct Put {
     pub(crate) json: String,
     pub(crate) kind: &'static str,
     pub(crate) ms: u64,
+    /// The inserting span's trace context (feature `opentelemetry`).
+    pub(crate) trace: Option<String>,
 }
 
 /// The most entries one batch of single inserts carries: about a
@@ -84,7 +94,8 @@ fn push_op(invocation: &mut ScriptInvocation<'_>, op: &Op) {
         .arg(&*op.token)
         .arg(op.ms)
         .arg(&op.reason)
-        .arg(&op.cands);
+        .arg(&op.cands)
+        .arg(op.output.as_deref().unwrap_or(""));
 }
 
 /// One entry of a claim.
@@ -103,6 +114,8 @@ pub(crate) struct Claimed {
     /// The key whose limits it runs under, if any.
     pub(crate) key: Option<String>,
     pub(crate) priority: i16,
+    /// The inserting span's trace context, if it was kept.
+    pub(crate) trace: Option<String>,
 }
 
 /// The answer of a claim.
@@ -136,6 +149,16 @@ impl Attempt {
             in_doubt: None,
         }
     }
+
+    /// Names worker `worker` in the claim's token, `<worker>/<token>`, so
+    /// that the leases the claim grants name their holder (the token stays
+    /// unique; a worker's id holds no `/`). A claim already sent keeps its
+    /// token.
+    pub(crate) fn for_worker(&mut self, worker: &str) {
+        if self.in_doubt.is_none() && !self.token.contains('/') {
+            self.token = Arc::from(format!("{worker}/{}", self.token));
+        }
+    }
 }
 
 impl Inner {
@@ -153,12 +176,14 @@ impl Inner {
             conn,
             lease,
             max_attempts,
-            rules: retention.with_limit(max_attempts),
+            rules: rules_of(retention, max_attempts),
             poll_interval,
             waiter: Waiter::default(),
             server_now: AtomicU64::new(0),
             in_doubt: Lock::new(Vec::new()),
             inserts: Batcher::new(INSERT_BATCH, 1),
+            finishes: broadcast::channel(1024).0,
+            cancels: watch::Sender::new(0),
         }
     }
 
@@ -206,7 +231,8 @@ impl Inner {
                 .arg(&put.json)
                 .arg(put.kind)
                 .arg(put.ms)
-                .arg(""); // no options
+                .arg("") // no options
+                .arg(put.trace.as_deref().unwrap_or(""));
         }
         // {inserted, id, ...}, in order.
         let reply: Vec<(bool, String)> = if apart {
@@ -315,6 +341,9 @@ impl Inner {
             Listener {
                 clients: self.conn.pubsub_clients().to_vec(),
                 channel: self.keys.channel.clone(),
+                done: self.keys.done.clone(),
+                finishes: self.finishes.clone(),
+                cancels: self.cancels.clone(),
                 queue: self.name.clone(),
                 response_timeout: self.conn.response_timeout(),
                 ping_after: self
@@ -464,16 +493,49 @@ impl Inner {
         held: &[&Held],
         lease: Duration,
     ) -> Result<Vec<Option<SystemTime>>, Error> {
-        let mut invocation = self.script(&SCRIPTS.extend);
-        invocation.arg(millis(lease)).arg(&self.keys.channel);
-        for lease in held {
-            invocation.arg(&lease.id).arg(&*lease.token);
-        }
-        let ends: Vec<i64> = self.run(&invocation).await?;
+        let ends = self.extend_raw(held, lease, None).await?;
         Ok(ends
             .into_iter()
             .map(|end| (end > 0).then(|| system_time(end)))
             .collect())
+    }
+
+    /// As `extend`, telling a lease lost to a cancel, and refreshing the
+    /// record of worker `worker` (`(id, record JSON)`) in the same script.
+    pub(crate) async fn extend_marked(
+        &self,
+        held: &[&Held],
+        lease: Duration,
+        worker: Option<(&str, &str)>,
+    ) -> Result<Vec<Extended>, Error> {
+        let ends = self.extend_raw(held, lease, worker).await?;
+        Ok(ends
+            .into_iter()
+            .map(|end| match end {
+                end if end > 0 => Extended::Held,
+                -1 => Extended::Cancelled,
+                _ => Extended::Lost,
+            })
+            .collect())
+    }
+
+    async fn extend_raw(
+        &self,
+        held: &[&Held],
+        lease: Duration,
+        worker: Option<(&str, &str)>,
+    ) -> Result<Vec<i64>, Error> {
+        let mut invocation = self.script(&SCRIPTS.extend);
+        let (id, record) = worker.unwrap_or(("", ""));
+        invocation
+            .arg(millis(lease))
+            .arg(&self.keys.channel)
+            .arg(id)
+            .arg(record);
+        for lease in held {
+            invocation.arg(&lease.id).arg(&*lease.token);
+        }
+        self.run(&invocation).await
     }
 }
 
@@ -497,7 +559,7 @@ fn op_results(value: Value) -> Result<Vec<OpResult>, Error> {
 
 /// One item of a claim's reply: id, value, attempt, deadline, lease end,
 /// schedule record (or ''), reason to bury it (or ''), key (or ''),
-/// priority.
+/// priority, trace context (or '').
 type Item = (
     String,
     Option<Vec<u8>>,
@@ -508,14 +570,32 @@ type Item = (
     String,
     String,
     i16,
+    String,
 );
+
+/// The rules the claim and finish scripts take: `<max attempts>`, or
+/// `<max attempts>,<dead max age ms>,<dead max count>[,<keep results
+/// ms>]` (-1: no limit).
+fn rules_of(retention: Retention, max_attempts: u32) -> String {
+    let keep = millis(retention.keep_results);
+    if keep == 0 {
+        return retention.with_limit(max_attempts);
+    }
+    let age = retention
+        .max_age
+        .map_or(-1, |age| i64::try_from(millis(age)).unwrap_or(i64::MAX));
+    let count = retention
+        .max_count
+        .map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
+    format!("{max_attempts},{age},{count},{keep}")
+}
 
 fn parse_items(items: Value, token: &Arc<str>) -> Result<Vec<Claimed>, Error> {
     let items: Vec<Value> = parse(items)?;
     items
         .into_iter()
         .map(|item| {
-            let (id, json, attempt, deadline, lease_until, rec, bury, key, priority): Item =
+            let (id, json, attempt, deadline, lease_until, rec, bury, key, priority, trace): Item =
                 parse(item)?;
             Ok(Claimed {
                 held: Held {
@@ -533,6 +613,7 @@ fn parse_items(items: Value, token: &Arc<str>) -> Result<Vec<Claimed>, Error> {
                 bury: (!bury.is_empty()).then_some(bury),
                 key: (!key.is_empty()).then_some(key),
                 priority,
+                trace: (!trace.is_empty()).then_some(trace),
             })
         })
         .collect()

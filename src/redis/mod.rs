@@ -72,7 +72,7 @@
 //! | key | type | contents |
 //! |---|---|---|
 //! | `punctual:{name}:schedule` | sorted set | member `<seq><id>`, score: due time, or end of the lease while leased (ms since the Unix epoch, server clock) |
-//! | `punctual:{name}:entries` | hash | `m:<id>` → the entry's record; `v:<id>` → its value as JSON (serde_json); `r:<id>` → why its last attempt failed (kept until it is acked), or why a dead letter died; `paused` → since when (ms) the queue is paused, while it is; `instance` → the queue's own id, made by the first page of [`entries`](RedisQueue::entries) that needs a cursor (a cursor carries it, so a cursor of a queue of the same name on another server is refused); `options` → set while entries with a key or a priority may exist (set by every write that adds one to `special`, deleted by a claim that finds `special` empty) |
+//! | `punctual:{name}:entries` | hash | `m:<id>` → the entry's record; `v:<id>` → its value as JSON (serde_json); `r:<id>` → why its last attempt failed (kept until it is acked), or why a dead letter died; `paused` → since when (ms) the queue is paused, while it is; `instance` → the queue's own id, made by the first page of [`entries`](RedisQueue::entries) that needs a cursor (a cursor carries it, so a cursor of a queue of the same name on another server is refused); `options` → set while entries with a key or a priority may exist (set by every write that adds one to `special`, deleted by a claim that finds `special` empty); `k:<id>` → the result of a finished entry, while `kept` keeps it (see below); `e:<id>` → its last 10 failed attempts, oldest first, `<attempt>,<at ms>,<reason length>:<reason>` each; `t:<id>` → the inserting span's trace context (feature `opentelemetry`); `traces` → set once an insert kept one (claims read `t:` fields from then on); `n:<id>` → a dead tick's schedule; `s:<name>` → schedule `name`'s last finished tick, `<when its run began>,<state>` (state `d` done, `x` dead, `c` cancelled); `p:<name>` → set while schedule `name` is paused: the due time of its parked tick (kept out of `schedule`), or empty when its tick is leased or was made due by `run_now`; `h:<kind><minute>` → the history's count of that minute (kind `i` inserted, ticks included, `d` done, `f` failed attempts, `x` dead; minute the ms since the epoch / 60000), written by the scripts that insert and finish (once per script; this minute's counts read with the records they read anyway), and `h:last` → the latest minute counted (its first count deletes the minutes older than a day) |
 //! | `punctual:{name}:leases` | sorted set | id → end of its lease, for leased entries |
 //! | `punctual:{name}:dead` | sorted set | id → when it died, for dead letters |
 //! | `punctual:{name}:seq` | string | the sequence counter |
@@ -84,6 +84,9 @@
 //! | `punctual:{name}:held` | sorted set | id → end of its lease, for the entries of `special` whose lease holds a place of their key (a claim takes those that ran out back into `ready`) |
 //! | `punctual:{name}:limits` | hash | `l:<key>` → the key's limit, `<concurrency>,<rate max>,<rate per ms>` (each empty for none; the default under `l:*`); `c:<key>` → how many of its entries `held` holds; `s:<key>` → when its recent deliveries began, 11 hex digits of ms each, oldest first (at most the rate's max, within its period; only while the key has a rate) |
 //! | `punctual:{name}:unique` | sorted set | id → until when the id stays taken after its entry, inserted with a unique window, finished (expired ones are forgotten as new ones come) |
+//! | `punctual:{name}:kept` | sorted set | id → until when its result (`k:<id>` in `entries`) is kept: written by the script that finishes the entry (ack, dead letter, cancel) when the finishing handle has `keep_results`; results past their time are deleted by the next script that keeps one, and never read |
+//! | `punctual:{name}:marks` | sorted set | `<token>\n<id>` → until when the holder of a cancelled lease is told so at its extension (the lease's end and one lease more) |
+//! | `punctual:{name}:workers` | hash | worker id → `<first heard of>,<last heard of>,<record>` (ms; the record is the worker's JSON: name, host, pid, places, refresh period, runs, stopping); refreshed by each heartbeat, deleted at shutdown; a record three refresh periods old is not listed, and deleted by the next heartbeat of any worker |
 //!
 //! An entry's record is `attempt,token,since,deadline,tick,member`: the
 //! deliveries so far; the token of the claim that holds its lease and when
@@ -118,7 +121,14 @@
 //! *token*: a string the consumer made, never the same twice (not even
 //! after a purge). A delivery holds its lease while
 //! the record still carries its token; ack deletes the entry, retry gives it
-//! a new member and clears the token. The channel `punctual:{name}:wake`
+//! a new member and clears the token. A [`Worker`](crate::durable::Worker)'s
+//! claims make their tokens `<worker id>/<token>`, so a lease names its
+//! holder (`EntryInfo::worker`); `since` is when the delivery began
+//! (`EntryInfo::started_at`). The channel `punctual:{name}:done` carries
+//! `f` and the ids of finished entries whose results are kept
+//! (`<length>:<id>` each, one message per script), which `wait` listens
+//! to, and `c` for each cancelled lease, on which workers extend their
+//! leases at once to learn which. The channel `punctual:{name}:wake`
 //! carries the new head's due time; where entries with options exist, also
 //! every entry that becomes due at once (the due head may be waiting on
 //! its key's limits), every place of a key at its concurrency that frees
@@ -250,13 +260,15 @@
 //! `&` channel rule, channels are open there by default):
 //!
 //! ```text
-//! ACL SETUSER orders-app on >password resetkeys ~punctual:{orders}:* resetchannels &punctual:{orders}:wake -@all +evalsha +script|load +time +type +del +get +set +incr +hset +hget +hmget +hdel +hexists +hgetall +zadd +zrem +zrange +zrangebyscore +zscore +zcard +zcount +publish +subscribe +ping +info
+//! ACL SETUSER orders-app on >password resetkeys ~punctual:{orders}:* resetchannels &punctual:{orders}:wake &punctual:{orders}:done -@all +evalsha +script|load +time +type +del +get +set +incr +hset +hget +hmget +hdel +hexists +hgetall +zadd +zrem +zrange +zrangebyscore +zscore +zcard +zcount +publish +subscribe +ping +info
 //! ```
 //!
 //! `~punctual:*` serves every queue. On a cluster add `+cluster|slots`.
-//! `publish`, `subscribe`, `ping` and the channel rule are an optimisation
+//! `publish`, `subscribe`, `ping` and the channel rules are an optimisation
 //! (without them `build()` warns and waiting consumers find new entries by
-//! polling, every `poll_interval`); `info` only lets `build()` check the
+//! polling, every `poll_interval`; without the `done` channel alone, `wait`
+//! finds results by polling and a worker learns of a cancel at its next
+//! lease extension); `info` only lets `build()` check the
 //! server's version. [`build`](RedisQueueBuilder::build) fails with a
 //! `NOPERM` error naming every missing command (and the key it was checked
 //! on) when the user may not run what the queue runs, or may not touch its

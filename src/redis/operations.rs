@@ -49,11 +49,23 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         cursor: Option<&Cursor>,
         limit: usize,
     ) -> Result<Page<T>, Error> {
+        self.page(state, cursor, limit, false).await
+    }
+
+    /// A page of `entries`, or of `entries_newest` (`newest`: the state's
+    /// order walked backwards, with cursors of its own).
+    pub(crate) async fn page(
+        &self,
+        state: EntryState,
+        cursor: Option<&Cursor>,
+        limit: usize,
+        newest: bool,
+    ) -> Result<Page<T>, Error> {
         // The store checks the cursor's queue id: it is kept with the
         // queue's keys, on its server.
         let after = match cursor {
             None => None,
-            Some(cursor) => Some(instance_of(cursor, self.name(), state)?),
+            Some(cursor) => Some(instance_of(cursor, self.name(), state, newest)?),
         };
         if limit == 0 {
             return Ok(Page {
@@ -76,7 +88,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         };
         invocation
             .arg(limit)
-            .arg(crate::durable::store::new_token().as_ref());
+            .arg(crate::durable::store::new_token().as_ref())
+            .arg(if newest { "1" } else { "0" });
         let reply: Vec<Value> = self.inner().run(&invocation).await?;
         let mut reply = reply.into_iter();
         let _now: i64 = parse(reply.next().unwrap_or(Value::Nil))?;
@@ -91,22 +104,23 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let mut rows = Vec::new();
         let mut last = None;
         for item in reply {
-            let (id, score, member, record, value, reason): (
-                String,
-                u64,
-                String,
-                String,
-                Option<String>,
-                Option<String>,
-            ) = parse(item)?;
+            let (id, score, member, record, value, reason, errors, schedule): PageRow =
+                parse(item)?;
             last = Some((score, member));
-            rows.push(row(id, state, score, &record, value, reason));
+            let mut info = row(id, state, score, &record, value, reason).info();
+            health(&mut info, &record, &errors, schedule);
+            rows.push(info);
         }
         let next = last.filter(|_| more == 1).map(|(score, member)| {
-            At::cursor(&identity(self.name(), &instance), state, score, &member)
+            let queue = identity(self.name(), &instance);
+            if newest {
+                At::cursor_newest(&queue, state, score, &member)
+            } else {
+                At::cursor(&queue, state, score, &member)
+            }
         });
         Ok(Page {
-            entries: rows.into_iter().map(Row::info).collect(),
+            entries: rows,
             next,
         })
     }
@@ -122,19 +136,23 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         let mut invocation = self.inner().script(&SCRIPTS.entry);
         invocation.arg(id);
         let reply: Option<EntryReply> = self.inner().run(&invocation).await?;
-        Ok(reply.map(|(now, score, dead, record, value, reason)| {
-            let token = record.split(',').nth(1).unwrap_or("");
-            let state = if dead == 1 {
-                EntryState::Dead
-            } else if score <= now {
-                EntryState::Due
-            } else if !token.is_empty() {
-                EntryState::Leased
-            } else {
-                EntryState::Pending
-            };
-            row(id.to_owned(), state, score, &record, value, reason).info()
-        }))
+        Ok(reply.map(
+            |(now, score, dead, record, value, reason, errors, schedule)| {
+                let token = record.split(',').nth(1).unwrap_or("");
+                let state = if dead == 1 {
+                    EntryState::Dead
+                } else if score <= now {
+                    EntryState::Due
+                } else if !token.is_empty() {
+                    EntryState::Leased
+                } else {
+                    EntryState::Pending
+                };
+                let mut info = row(id.to_owned(), state, score, &record, value, reason).info();
+                health(&mut info, &record, &errors, schedule);
+                info
+            },
+        ))
     }
 
     /// Puts every dead letter back as pending, due `delay` from now,
@@ -245,8 +263,73 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     }
 }
 
-/// What `entry.lua` answers: now, score, dead (0/1), record, value, reason.
-type EntryReply = (u64, u64, i64, String, Option<String>, Option<String>);
+/// One entry of a page from `entries.lua`: id, score, member, record,
+/// value, reason, errors, a dead tick's schedule.
+type PageRow = (
+    String,
+    u64,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Vec<u8>,
+    String,
+);
+
+/// What `entry.lua` answers: now, score, dead (0/1), record, value,
+/// reason, errors, a dead tick's schedule.
+type EntryReply = (
+    u64,
+    u64,
+    i64,
+    String,
+    Option<String>,
+    Option<String>,
+    Vec<u8>,
+    String,
+);
+
+/// Adds what the scripts keep beside an entry's record: a leased entry's
+/// start (its claim's time) and worker (named in its claim's token,
+/// `<worker>/<token>`), its failed attempts (`add_error` in
+/// `scripts/lib/prelude.lua`), and a dead tick's schedule.
+fn health<T>(info: &mut EntryInfo<T>, record: &str, errors: &[u8], schedule: String) {
+    let mut fields = record.splitn(4, ',');
+    let _attempt = fields.next();
+    let token = fields.next().unwrap_or("");
+    let since: Option<u64> = fields.next().and_then(|s| s.parse().ok());
+    if info.state == EntryState::Leased {
+        info.started_at = since.map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms));
+        info.worker = token.split_once('/').map(|(worker, _)| worker.to_owned());
+    }
+    if !schedule.is_empty() {
+        info.schedule = Some(schedule);
+    }
+    let mut rest = errors;
+    while !rest.is_empty() {
+        let Some(colon) = rest.iter().position(|&b| b == b':') else {
+            break;
+        };
+        let head = String::from_utf8_lossy(&rest[..colon]).into_owned();
+        let mut parts = head.split(',');
+        let (Some(Ok(attempt)), Some(Ok(at)), Some(Ok(len))) = (
+            parts.next().map(str::parse::<u32>),
+            parts.next().map(str::parse::<u64>),
+            parts.next().map(str::parse::<usize>),
+        ) else {
+            break;
+        };
+        let Some(reason) = rest.get(colon + 1..colon + 1 + len) else {
+            break;
+        };
+        info.errors.push(crate::durable::AttemptError {
+            attempt,
+            at: std::time::UNIX_EPOCH + Duration::from_millis(at),
+            reason: String::from_utf8_lossy(reason).into_owned(),
+        });
+        rest = &rest[colon + 1 + len..];
+    }
+}
 
 /// An entry read by a script: its record is
 /// `attempt,token,since,deadline,tick,member`, or with options
@@ -304,12 +387,23 @@ fn identity(name: &str, instance: &str) -> String {
 
 /// What `cursor` says and the queue id it was made with, if it is one of
 /// `state` of a queue named `name` (the script checks that id).
-fn instance_of(cursor: &Cursor, name: &str, state: EntryState) -> Result<(At, String), Error> {
+fn instance_of(
+    cursor: &Cursor,
+    name: &str,
+    state: EntryState,
+    newest: bool,
+) -> Result<(At, String), Error> {
     let text = cursor.to_string();
     // The id is the last part of the queue's identity: try it against the
     // identity that id would give.
     let instance = At::instance_in(cursor, &identity(name, ""))
         .ok_or_else(|| Error::InvalidId(format!("cursor {text} is another queue's")))?;
-    let at = At::of(cursor, &identity(name, &instance), state).map_err(Error::InvalidId)?;
+    let queue = identity(name, &instance);
+    let at = if newest {
+        At::of_newest(cursor, &queue, state)
+    } else {
+        At::of(cursor, &queue, state)
+    }
+    .map_err(Error::InvalidId)?;
     Ok((at, instance))
 }

@@ -65,7 +65,8 @@ where
                 .arg(&plan.json)
                 .arg(kind)
                 .arg(ms)
-                .arg(options_arg(plan));
+                .arg(options_arg(plan))
+                .arg(plan.trace.as_deref().unwrap_or(""));
         }
         // {inserted, id, ...}, in order. A value the server may refuse to
         // read goes on a connection of its own (see `RedisQueue::insert`).

@@ -213,6 +213,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
             json,
             kind,
             ms,
+            trace: crate::durable::trace::current(),
         };
         if put.json.len() >= ALONE_FROM {
             // It may be too large for the server, which then drops the
@@ -599,6 +600,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                 bury,
                 key,
                 priority,
+                trace,
             } = claimed;
             match crate::durable::ops::decode::<T>(bury, json.as_deref()) {
                 Ok(value) => taken.push(Taken {
@@ -610,7 +612,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
                     lease_until,
                     key,
                     priority,
-                    trace: None,
+                    trace,
                     lease: held,
                 }),
                 Err(refused) => {

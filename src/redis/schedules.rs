@@ -52,13 +52,15 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
         invocation.arg(&inner.keys.channel);
         inner.identify(&mut invocation);
         invocation.arg(entries.len());
+        let trace = crate::durable::trace::current();
         for ((_, delay), json) in entries.iter().zip(&json) {
             invocation
                 .arg("")
                 .arg(json)
                 .arg("d")
                 .arg(millis(*delay))
-                .arg(""); // no options
+                .arg("") // no options
+                .arg(trace.as_deref().unwrap_or(""));
         }
         // {inserted, id, ...}: the ids, in order.
         // A value the server may refuse to read goes on a connection of
@@ -243,18 +245,21 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// ```
     pub async fn schedules(&self) -> Result<Vec<ScheduleInfo<T>>, Error> {
         let invocation = self.inner().script(&SCRIPTS.schedules);
-        let rows: Vec<(String, String, Vec<u8>, i64)> = self.inner().run(&invocation).await?;
+        let rows: Vec<(String, String, Vec<u8>, i64, String, i64)> =
+            self.inner().run(&invocation).await?;
         let mut out: Vec<ScheduleInfo<T>> = rows
             .into_iter()
-            .filter_map(|(name, rec, value, next)| {
+            .filter_map(|(name, rec, value, next, last, paused)| {
+                // '<since>,<state>' (see `last_run` in scripts/lib/prelude.lua).
+                let (since, state) = last.split_once(',').unwrap_or(("", ""));
                 Some(ScheduleInfo {
                     spec: spec_of(&rec),
                     value: serde_json::from_slice(&value).ok()?,
                     next: (next >= 0).then(|| system_time(next)),
                     name,
-                    last_run: None,
-                    last_outcome: None,
-                    paused: false,
+                    last_run: since.parse().ok().map(system_time),
+                    last_outcome: crate::durable::Finished::of_code(state),
+                    paused: paused == 1,
                 })
             })
             .collect();

@@ -1,7 +1,7 @@
 //! The server-side Lua scripts: every operation on a queue is one of them,
 //! in `scripts/<operation>.lua`, each opening with its KEYS, ARGV and reply.
 //!
-//! Each script gets the queue's thirteen keys in the order of [`Keys`] and reads
+//! Each script gets the queue's sixteen keys in the order of [`Keys`] and reads
 //! the clock with `TIME`, so every process agrees on what is due. A script
 //! that fails half way leaves its first writes in place, so each one checks
 //! the type of every key it writes before its first write: the hot ones
@@ -24,10 +24,14 @@ use redis::Script;
 pub(crate) struct Keys {
     /// `schedule`, `entries`, `leases`, `dead`, `seq`, `schedules`,
     /// `given_up`, `requests`, `special`, `ready`, `held`, `limits`,
-    /// `unique`, in the order the scripts expect them as `KEYS[1..=13]`.
-    pub(crate) all: [String; 13],
+    /// `unique`, `kept`, `marks`, `workers`, in the order the scripts
+    /// expect them as `KEYS[1..=16]`.
+    pub(crate) all: [String; 16],
     /// The pub/sub channel announcing a new head.
     pub(crate) channel: String,
+    /// The pub/sub channel announcing finishes whose results are kept, and
+    /// cancels of leased entries.
+    pub(crate) done: String,
 }
 
 impl Keys {
@@ -48,8 +52,12 @@ impl Keys {
                 key("held"),
                 key("limits"),
                 key("unique"),
+                key("kept"),
+                key("marks"),
+                key("workers"),
             ],
             channel: key("wake"),
+            done: key("done"),
         }
     }
 }
@@ -93,6 +101,13 @@ pub(crate) struct Scripts {
     pub(crate) dead_all: Script,
     pub(crate) limit: Script,
     pub(crate) limits: Script,
+    pub(crate) result: Script,
+    pub(crate) cancel: Script,
+    pub(crate) workers: Script,
+    pub(crate) leave: Script,
+    pub(crate) history: Script,
+    pub(crate) latency: Script,
+    pub(crate) pause_schedule: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -152,4 +167,25 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     )),
     limit: Script::new(lua!("limit", "check_all", "now_ms", "requests")),
     limits: Script::new(lua!("limits", "check_all")),
+    result: Script::new(lua!("result", "check_all", "now_ms")),
+    cancel: Script::new(lua!(
+        "cancel",
+        "check_all",
+        "now_ms",
+        "index",
+        "place",
+        "ticks",
+        "requests"
+    )),
+    workers: Script::new(lua!("workers", "check_all", "now_ms")),
+    leave: Script::new(lua!("leave")),
+    history: Script::new(lua!("history", "check_all", "now_ms")),
+    latency: Script::new(lua!("latency", "check_all", "now_ms", "place")),
+    pause_schedule: Script::new(lua!(
+        "pause_schedule",
+        "check_all",
+        "now_ms",
+        "place",
+        "requests"
+    )),
 });

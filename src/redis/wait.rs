@@ -1,10 +1,12 @@
 //! The pub/sub listener that turns a queue's announcements into kicks of
-//! its [`Waiter`](crate::durable::wait::Waiter).
+//! its [`Waiter`](crate::durable::wait::Waiter), and the done channel's
+//! into pushes of finished ids (for `wait`) and of cancels (for workers).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{broadcast, oneshot, watch};
 
 use crate::durable::wait::Backoff;
 
@@ -15,6 +17,11 @@ pub(crate) struct Listener {
     /// turn (a cluster forwards every `PUBLISH` to every node).
     pub(crate) clients: Vec<redis::Client>,
     pub(crate) channel: String,
+    /// The done channel: `f` and the finished ids whose results are kept
+    /// (`<length>:<id>` each), or `c` for a cancelled lease.
+    pub(crate) done: String,
+    pub(crate) finishes: broadcast::Sender<Arc<str>>,
+    pub(crate) cancels: watch::Sender<u64>,
     pub(crate) queue: String,
     /// The longest wait for a reply (the subscription, a PING).
     pub(crate) response_timeout: Duration,
@@ -32,6 +39,10 @@ impl Listener {
     /// right to subscribe gets a warning, and consumers rely on polling.
     pub(crate) async fn run(self, kicks: watch::Sender<u64>, mut stop: oneshot::Receiver<()>) {
         let kick = || kicks.send_modify(|count| *count = count.wrapping_add(1));
+        let cancelled = || {
+            self.cancels
+                .send_modify(|count| *count = count.wrapping_add(1));
+        };
         let queue = &self.queue;
         let mut backoff = Backoff::default();
         let mut next = 0;
@@ -47,10 +58,38 @@ impl Listener {
                 tokio::time::timeout(self.response_timeout, sink.subscribe(&self.channel))
                     .await
                     .map_err(|_| timed_out("the subscription"))??;
+                // A user whose ACL allows the wake channel alone (the rules
+                // of earlier releases) still gets its kicks.
+                let done = tokio::time::timeout(self.response_timeout, sink.subscribe(&self.done))
+                    .await
+                    .map_err(|_| timed_out("the subscription"))?;
+                match done {
+                    Err(error) if error.code() == Some("NOPERM") => {
+                        tracing::warn!(queue, %error,
+                            "this user may not subscribe to the queue's done channel: \
+                             `wait` and cancels rely on polling and lease extensions");
+                    }
+                    done => done?,
+                }
                 backoff.reset();
                 kick();
+                // Cancels announced while it was down: workers look.
+                cancelled();
                 loop {
                     match tokio::time::timeout(self.ping_after, messages.next()).await {
+                        Ok(Some(message)) if message.get_channel_name() == self.done => {
+                            let payload = message.get_payload_bytes();
+                            match payload.first() {
+                                Some(b'c') => cancelled(),
+                                Some(b'f') => {
+                                    for id in finished_ids(&payload[1..]) {
+                                        // No receiver: nobody waits.
+                                        let _ = self.finishes.send(id);
+                                    }
+                                }
+                                _ => {}
+                            }
+                        }
                         Ok(Some(_)) => kick(),
                         Ok(None) => return Ok::<(), redis::RedisError>(()),
                         Err(_) => {
@@ -86,6 +125,26 @@ impl Listener {
             }
         }
     }
+}
+
+/// The ids of a finish announcement: `<length>:<id>` each (an id may hold
+/// any byte); what does not read so ends the list.
+fn finished_ids(mut rest: &[u8]) -> Vec<Arc<str>> {
+    let mut ids = Vec::new();
+    while let Some(colon) = rest.iter().position(|&b| b == b':') {
+        let Some(len) = std::str::from_utf8(&rest[..colon])
+            .ok()
+            .and_then(|n| n.parse::<usize>().ok())
+        else {
+            break;
+        };
+        let Some(id) = rest.get(colon + 1..colon + 1 + len) else {
+            break;
+        };
+        ids.push(Arc::from(String::from_utf8_lossy(id).as_ref()));
+        rest = &rest[colon + 1 + len..];
+    }
+    ids
 }
 
 fn timed_out(what: &str) -> redis::RedisError {

@@ -53,28 +53,6 @@ macro_rules! on_every_store {
 }
 pub(crate) use on_every_store;
 
-/// As [`on_every_store!`], on memory and PostgreSQL: for behaviours Redis
-/// does not have yet.
-#[allow(unused_macros)]
-macro_rules! on_memory_and_pg {
-    ($($item:item)*) => {
-        mod memory_store {
-            #![allow(unused_imports)]
-            use super::*;
-            use crate::common::stores::memory::*;
-            $($item)*
-        }
-        #[cfg(feature = "postgres")]
-        mod pg_store {
-            #![allow(unused_imports)]
-            use super::*;
-            use crate::common::stores::pg::*;
-            $($item)*
-        }
-    };
-}
-pub(crate) use on_memory_and_pg;
-
 /// As [`on_every_store!`], on the stores across a network only (Redis,
 /// PostgreSQL), in modules `on_redis` and `on_postgres`: for what the
 /// memory store cannot have (a server to restart or cut off, a process

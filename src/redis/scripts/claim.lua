@@ -1,14 +1,14 @@
 -- CLAIM: finishes deliveries (see finish), then leases up to `max` due
 -- entries, in claim order, to the claim `token`.
--- KEYS: the queue's thirteen keys. ARGV: max, lease ms, the handle's rules
+-- KEYS: the queue's keys. ARGV: max, lease ms, the handle's rules
 -- (max attempts, dead-letter retention: see `rules`), token, recover (-1,
 -- or a lower bound of this claim's lease end when it is sent again after
 -- its reply was lost), channel, request identity ('' on a single server;
--- see lib/requests.lua), number of ops, then 6 fields per op (kind, id,
--- token, ms, reason, cands).
+-- see lib/requests.lua), number of ops, then 7 fields per op (kind, id,
+-- token, ms, reason, cands, output).
 -- Returns {now, head or -1 (none, or paused), {op results}, {items}}, an
 -- item being {id, value, attempt, deadline, lease end, schedule record or
--- '', reason to bury it or '', key or '', priority}. An entry past its max
+-- '', reason to bury it or '', key or '', priority, trace context or ''}. An entry past its max
 -- attempts (its own, else the queue's) goes to the dead letters instead (a
 -- cron tick is handed out with a reason to bury it, since its successor
 -- needs the client's cron instants).
@@ -57,8 +57,17 @@ local kept = ledger and ledger.recall()
 -- priority (then the claim walks the claim index; ops cannot add the first
 -- one: it would be leased now). The keys of options are checked before any
 -- write.
-local flags = redis.call('HMGET', ENTRIES, PAUSED, OPTIONS)
+local flags = redis.call('HMGET', ENTRIES, PAUSED, OPTIONS, TRACES)
 local paused, any_options = flags[1] ~= false, flags[2] ~= false
+-- The fields read per entry: its record and value, and its trace context
+-- where an insert ever kept one.
+local W = 2
+if flags[3] then W = 3 end
+local function field_of(i, n) return W * (i - 1) + n end
+local function trace_of(got, i)
+  if W == 3 then return got[field_of(i, 3)] end
+  return nil
+end
 if any_options then
   local e = options().check_options() or ensure(LEASES, 'zset')
   if e then return e end
@@ -85,12 +94,14 @@ local function reply(items, head_score)
   if not head_score then
     head_score = tonumber(redis.call('ZRANGE', SCHEDULE, 0, 0, 'WITHSCORES')[2]) or -1
   end
+  count_history(now)
+  announce_finished(channel, now)
   return {now, head_score, results, items}
 end
 
-local function item(id, value, e, lease_until, rec, why)
+local function item(id, value, e, lease_until, rec, why, trace)
   return {id, value or false, e.attempt, e.deadline or 0, lease_until, rec or '', why or '',
-    e.key or '', e.prio or 0}
+    e.key or '', e.prio or 0, trace or ''}
 end
 
 if stale then return reply({}) end
@@ -115,8 +126,8 @@ if kept or recover >= 0 then
       if most > 0 and e.attempt > most then
         why = 'not acked after ' .. most .. ' deliveries'
       end
-      items[#items + 1] = item(id, redis.call('HGET', ENTRIES, 'v:' .. id), e,
-        tonumber(leased[i + 1]), rec, why)
+      local got = redis.call('HMGET', ENTRIES, 'v:' .. id, 't:' .. id)
+      items[#items + 1] = item(id, got[1], e, tonumber(leased[i + 1]), rec, why, got[2])
       order[items[#items]] = e.member
     end
   end
@@ -171,14 +182,15 @@ if not any_options then
   for i = 1, n do
     local id = string.sub(due[2 * i - 1], 17)
     ids[i] = id
-    fields[2 * i - 1], fields[2 * i] = 'm:' .. id, 'v:' .. id
+    fields[field_of(i, 1)], fields[field_of(i, 2)] = 'm:' .. id, 'v:' .. id
+    if W == 3 then fields[field_of(i, 3)] = 't:' .. id end
   end
   local got = redis.call('HMGET', ENTRIES, unpack(fields))
   local items, leases, records, members, burying = {}, {}, {}, {}, {}
   for i = 1, n do
     local member, score = due[2 * i - 1], tonumber(due[2 * i])
     local id = ids[i]
-    local e = parse(got[2 * i - 1]) or {attempt = 0, token = ''}
+    local e = parse(got[field_of(i, 1)]) or {attempt = 0, token = ''}
     e.member = member
     local rec = e.tick and redis.call('HGET', SCHEDULES, id)
     local most = e.max or limit
@@ -195,21 +207,24 @@ if not any_options then
       e.token, e.since = token, now
       leases[#leases + 1] = lease_arg
       leases[#leases + 1] = id
-      records[#records + 1] = fields[2 * i - 1]
+      records[#records + 1] = fields[field_of(i, 1)]
       records[#records + 1] = record(e)
       members[#members + 1] = lease_arg
       members[#members + 1] = member
-      items[#items + 1] = item(id, got[2 * i], e, lease_until, rec, why)
+      items[#items + 1] = item(id, got[field_of(i, 2)], e, lease_until, rec, why,
+        trace_of(got, i))
     end
   end
   if #burying > 0 then
     local e = ensure(LEASES, 'zset') or ensure(DEAD, 'zset') or check_seq()
-      or ensure(UNIQUE, 'zset')
+      or ensure(UNIQUE, 'zset') or ensure(KEPT, 'zset')
     if e then return e end
   end
   if #leases > 0 then
     -- The first write: it fails alone if LEASES holds another type.
     redis.call('ZADD', LEASES, unpack(leases))
+    -- The history's counts of the finishes above, in the same write.
+    for _, x in ipairs(history_writes(now)) do records[#records + 1] = x end
     redis.call('HSET', ENTRIES, unpack(records))
     redis.call('ZADD', SCHEDULE, unpack(members))
   end
@@ -439,14 +454,15 @@ end
 -- Reads first: a key of another type fails here, before any write.
 local fields = {}
 for i, c in ipairs(chosen) do
-  fields[2 * i - 1], fields[2 * i] = 'm:' .. c[1], 'v:' .. c[1]
+  fields[field_of(i, 1)], fields[field_of(i, 2)] = 'm:' .. c[1], 'v:' .. c[1]
+  if W == 3 then fields[field_of(i, 3)] = 't:' .. c[1] end
 end
 local got = #fields > 0 and hmget_sliced(ENTRIES, fields) or {}
 local items, leases, records, plain_members, members, held, burying, taken = {}, {}, {}, {}, {},
   {}, {}, {}
 for i, c in ipairs(chosen) do
   local id, score = c[1], c[2]
-  local e = parse(got[2 * i - 1])
+  local e = parse(got[field_of(i, 1)])
   if c[3] then
     e = e or {attempt = 0, token = ''}
     e.member = c[3]
@@ -476,7 +492,7 @@ for i, c in ipairs(chosen) do
       e.token, e.since = token, now
       leases[#leases + 1] = lease_arg
       leases[#leases + 1] = id
-      records[#records + 1] = fields[2 * i - 1]
+      records[#records + 1] = fields[field_of(i, 1)]
       records[#records + 1] = record(e)
       if c[3] then
         plain_members[#plain_members + 1] = lease_arg
@@ -489,17 +505,20 @@ for i, c in ipairs(chosen) do
         local k = c[5] and keys[c[5]]
         if k then k.started = k.started + 1 end
       end
-      items[#items + 1] = item(id, got[2 * i], e, lease_until, rec, why)
+      items[#items + 1] = item(id, got[field_of(i, 2)], e, lease_until, rec, why,
+        trace_of(got, i))
     end
   end
 end
 if #burying > 0 then
   local e = ensure(LEASES, 'zset') or ensure(DEAD, 'zset') or check_seq()
+    or ensure(KEPT, 'zset')
   if e then return e end
 end
 if #leases > 0 then
   -- The first write: it fails alone if LEASES holds another type.
   call_sliced('ZADD', LEASES, leases)
+  for _, x in ipairs(history_writes(now)) do records[#records + 1] = x end
   call_sliced('HSET', ENTRIES, records)
   call_sliced('ZADD', SCHEDULE, plain_members)
   call_sliced('ZADD', SPECIAL, members)

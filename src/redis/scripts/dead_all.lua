@@ -1,7 +1,7 @@
 -- DEAD_ALL: puts every dead letter back as pending, due `delay` ms from
 -- now, attempts reset ('r'; each keeps its options), or deletes them all
 -- ('c'; an id with a unique window stays taken that long), in one step.
--- KEYS: the queue's thirteen keys. ARGV: 'r' or 'c', delay ms, channel,
+-- KEYS: the queue's keys. ARGV: 'r' or 'c', delay ms, channel,
 -- request identity ('' on a single server; see lib/requests.lua).
 -- Returns how many; a second execution of a request, the first's count.
 local err = check_all() or check_seq()
@@ -18,11 +18,13 @@ repeat
     if requeue then
       local e = parse(redis.call('HGET', ENTRIES, 'm:' .. id)) or {token = '', member = ''}
       e.attempt, e.tick, e.deadline = 0, nil, nil
-      redis.call('HDEL', ENTRIES, 'r:' .. id)
+      redis.call('HDEL', ENTRIES, 'r:' .. id, 'e:' .. id, 'n:' .. id)
+      forget_result(id)
       place(id, e, now + delay, channel, now)
     else
       local e = parse(redis.call('HGET', ENTRIES, 'm:' .. id))
-      redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
+      redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id, 'e:' .. id, 't:' .. id,
+        'n:' .. id)
       -- Its id stays taken for its unique window.
       if e and e.unique then options().keep_taken(id, now + e.unique, now) end
     end

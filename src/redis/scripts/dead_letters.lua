@@ -1,5 +1,5 @@
 -- DEAD_LETTERS: lists dead letters, oldest first.
--- KEYS: the queue's thirteen keys. ARGV: max (> 0).
+-- KEYS: the queue's keys. ARGV: max (> 0).
 -- Returns {{id, value, attempts, reason}, ...}.
 local err = check_all()
 if err then return err end

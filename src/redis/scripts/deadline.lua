@@ -1,5 +1,5 @@
 -- DEADLINE: when an entry is due (its lease end while leased).
--- KEYS: the queue's thirteen keys. ARGV: id.
+-- KEYS: the queue's keys. ARGV: id.
 -- Returns the score in ms, or nil for an entry that is absent or dead.
 local err = check_all()
 if err then return err end

@@ -1,11 +1,12 @@
 -- ENTRIES: one page of the entries in one state, after a cursor.
--- KEYS: the queue's thirteen keys. ARGV: state ('p' pending, 'd' due, 'l'
+-- KEYS: the queue's keys. ARGV: state ('p' pending, 'd' due, 'l'
 -- leased, 'x' dead), the cursor's score (-1: from the start), member
 -- (SCHEDULE's or SPECIAL's for pending and due, the id for leased and
--- dead) and queue id (the INSTANCE it was made with), limit, and a new id
--- for the queue should it have none yet.
+-- dead) and queue id (the INSTANCE it was made with), limit, a new id
+-- for the queue should it have none yet, and '1' to walk newest first.
 -- Returns {now, more (0/1), instance, {id, score, member, record, value,
--- reason}...}: up to `limit` entries in the state's order (SCHEDULE and
+-- reason, errors, a dead tick's schedule}...}: up to `limit` entries in
+-- the state's order, or its reverse newest first (SCHEDULE and
 -- SPECIAL merged, or LEASES or DEAD, by score then member), after the
 -- cursor; or {now, -1} when the cursor is another queue's (another
 -- server's queue of this name, or this name's before a purge). A page is
@@ -16,6 +17,7 @@
 local err = check_all()
 if err then return err end
 local state, after, tie, limit = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[5])
+local newest = ARGV[7] == '1'
 local now = now_ms()
 local instance = redis.call('HGET', ENTRIES, INSTANCE)
 if after >= 0 and ARGV[4] ~= (instance or '') then return {now, -1} end
@@ -31,15 +33,27 @@ local function at_or_before(a, b)
 end
 
 -- Up to `want` {member, score} of `key` with scores from `min` to `max`
--- that come after the cursor and that `keep` accepts, in order.
+-- that come after the cursor and that `keep` accepts, in order (newest
+-- first: from `max` down).
 local function scan(key, min, max, want, keep)
   local out, offset, chunk = {}, 0, want + 1
   while #out < want do
-    local got = redis.call('ZRANGEBYSCORE', key, min, max, 'WITHSCORES', 'LIMIT', offset, chunk)
+    local got
+    if newest then
+      got = redis.call('ZRANGE', key, max, min, 'BYSCORE', 'REV', 'LIMIT', offset, chunk,
+        'WITHSCORES')
+    else
+      got = redis.call('ZRANGEBYSCORE', key, min, max, 'WITHSCORES', 'LIMIT', offset, chunk)
+    end
     if #got == 0 then break end
     for i = 1, #got, 2 do
       local member, score = got[i], tonumber(got[i + 1])
-      local passed = after >= 0 and score == after and at_or_before(member, tie)
+      local passed = after >= 0 and score == after
+      if passed and newest then
+        passed = at_or_before(tie, member)
+      elseif passed then
+        passed = at_or_before(member, tie)
+      end
       if not passed and keep(member) then
         out[#out + 1] = {member, score}
         if #out == want then break end
@@ -60,12 +74,24 @@ local function from(floor)
   return '(' .. int(floor)
 end
 
+-- Newest first, the upper bound: the cursor's score, or `ceiling`
+-- (inclusive) when the cursor is past it.
+local function down_from(ceiling)
+  if after >= 0 and (ceiling == nil or after < ceiling) then return after end
+  if ceiling == nil then return '+inf' end
+  return ceiling
+end
+
 -- The first `want` of two lists in order (score, then member byte by byte).
 local function merge(a, b, want)
   local out, i, j = {}, 1, 1
   while #out < want and (a[i] or b[j]) do
     local x, y = a[i], b[j]
-    if y and (not x or y[2] < x[2] or (y[2] == x[2] and not at_or_before(x[1], y[1]))) then
+    local y_first = y and (not x or y[2] < x[2] or (y[2] == x[2] and not at_or_before(x[1], y[1])))
+    if newest then
+      y_first = y and (not x or y[2] > x[2] or (y[2] == x[2] and not at_or_before(y[1], x[1])))
+    end
+    if y_first then
       out[#out + 1] = y
       j = j + 1
     else
@@ -82,7 +108,25 @@ end
 
 local want = limit + 1
 local found, key
-if state == 'd' then
+if newest then
+  local high = '+inf'
+  if after >= 0 then high = after end
+  if state == 'd' then
+    key = SCHEDULE
+    found = merge(scan(SCHEDULE, '-inf', down_from(now), want, any),
+      scan(SPECIAL, '-inf', down_from(now), want, any), want)
+  elseif state == 'p' then
+    key = SCHEDULE
+    found = merge(scan(SCHEDULE, '(' .. int(now), high, want, pending),
+      scan(SPECIAL, '(' .. int(now), high, want, pending), want)
+  elseif state == 'l' then
+    key = LEASES
+    found = scan(LEASES, '(' .. int(now), high, want, any)
+  else
+    key = DEAD
+    found = scan(DEAD, '-inf', high, want, any)
+  end
+elseif state == 'd' then
   key = SCHEDULE
   found = merge(scan(SCHEDULE, from(nil), now, want, any), scan(SPECIAL, from(nil), now, want, any),
     want)
@@ -112,7 +156,9 @@ for _, f in ipairs(found) do
   local member, score = f[1], f[2]
   local id = member
   if key == SCHEDULE then id = string.sub(member, 17) end
-  local got = redis.call('HMGET', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
-  out[#out + 1] = {id, score, member, got[1] or '', got[2] or false, got[3] or false}
+  local got = redis.call('HMGET', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id, 'e:' .. id,
+    'n:' .. id)
+  out[#out + 1] = {id, score, member, got[1] or '', got[2] or false, got[3] or false,
+    got[4] or '', got[5] or ''}
 end
 return out

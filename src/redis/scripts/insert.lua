@@ -1,10 +1,12 @@
 -- INSERT: schedules new entries, all in one step, each in turn.
--- KEYS: the queue's thirteen keys. ARGV: channel, request identity ('' on
--- a single server; see lib/requests.lua), number of entries, then 5
+-- KEYS: the queue's keys. ARGV: channel, request identity ('' on
+-- a single server; see lib/requests.lua), number of entries, then 6
 -- fields per entry: id ('' to generate one), value (JSON), 'd' (ms is a
 -- delay) or 'a' (ms is a time), ms, options: '' for none, or
 -- '<priority>:<max attempts>:<unique ms>:<replace 0/1>:<key>' (max
--- attempts, unique ms and key empty when not set).
+-- attempts, unique ms and key empty when not set), and the inserting
+-- span's trace context ('' for none), kept as ENTRIES 't:' .. id.
+-- Each insert counts in the history (see `count_history`).
 -- Returns {inserted, id, ...}: 1 and the id when it inserted (or
 -- replaced), 0 and the id when it was refused: an entry has that id
 -- (leased, dead, a schedule's tick, or pending without `replace`; an
@@ -19,7 +21,7 @@
 -- read (or checked) before the first write, so a key of another type
 -- fails it before.
 local channel, ledger, n = ARGV[1], ledger_of(ARGV[2]), tonumber(ARGV[3])
-local FIRST, WIDTH = 4, 5
+local FIRST, WIDTH = 4, 6
 -- Kept: per entry, its generated id, or 1 or 0 for an id given.
 local kept = ledger and ledger.recall()
 if kept then
@@ -54,7 +56,11 @@ for i = 0, n - 1 do
   end
   probe[i + 1] = 'm:' .. id
 end
+-- With this minute's counts of the history.
+local probe_n = #probe
+for _, field in ipairs(history_fields(now)) do probe[#probe + 1] = field end
 local found = hmget_sliced(ENTRIES, probe)
+take_history(found, probe_n + 1)
 local exists = {}
 for i = 1, n do
   if found[i] then exists[string.sub(probe[i], 3)] = found[i] end
@@ -110,7 +116,7 @@ for i = 0, n - 1 do
       order[#order + 1] = id
     end
     new.member = string.format('%016x', seq) .. id
-    f.e, f.value, f.at = new, ARGV[o + 1], at
+    f.e, f.value, f.at, f.trace = new, ARGV[o + 1], at, ARGV[o + 5]
   end
   out[#out + 1] = inserted and 1 or 0
   out[#out + 1] = id
@@ -127,7 +133,7 @@ for _, id in ipairs(order) do
   if old then
     if special(old) then options().unindex(id, old) end
     redis.call('ZREM', zset_of(old), old.member)
-    redis.call('HDEL', ENTRIES, 'r:' .. id)
+    redis.call('HDEL', ENTRIES, 'r:' .. id, 'e:' .. id, 't:' .. id)
   end
 end
 redis.call('SET', SEQ, int(seq))
@@ -138,6 +144,12 @@ for _, id in ipairs(order) do
   fields[#fields + 1] = record(f.e)
   fields[#fields + 1] = 'v:' .. id
   fields[#fields + 1] = f.value
+  if f.trace ~= '' then
+    fields[#fields + 1] = 't:' .. id
+    fields[#fields + 1] = f.trace
+    fields[#fields + 1] = TRACES
+    fields[#fields + 1] = '1'
+  end
   if special(f.e) then
     specials[#specials + 1] = f.at
     specials[#specials + 1] = f.e.member
@@ -156,6 +168,8 @@ if #specials > 0 then
 end
 if #ready > 0 then options().ready_add_all(ready) end
 announce(channel, earliest, old_head, now, busy, false)
+EVENTS.i = EVENTS.i + #order
+count_history(now)
 if ledger then
   local parts = {}
   for i = 0, n - 1 do

@@ -1,6 +1,6 @@
 -- LIMIT: sets (an upsert) or removes the limit of a key ('*': the default
 -- of keys without their own).
--- KEYS: the queue's thirteen keys. ARGV: key, limit ('<concurrency>,<rate
+-- KEYS: the queue's keys. ARGV: key, limit ('<concurrency>,<rate
 -- max>,<rate per ms>', each empty for none; '' to remove it), channel,
 -- request identity ('' on a single server; see lib/requests.lua).
 -- Returns 1 if it changed the key's limit, 0 if not; a second execution of

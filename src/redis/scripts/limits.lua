@@ -1,5 +1,5 @@
 -- LIMITS: every key limit of the queue.
--- KEYS: the queue's thirteen keys. ARGV: none.
+-- KEYS: the queue's keys. ARGV: none.
 -- Returns {{key, limit}, ...}: each key that has a limit ('*': the
 -- default) and its limit as LIMIT takes it.
 local err = check_all()

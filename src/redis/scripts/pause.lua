@@ -1,6 +1,6 @@
 -- PAUSE: pauses ('1') or resumes ('0') the queue: while paused, claims
 -- lease nothing (CLAIM reads the mark in the same step), in every process.
--- KEYS: the queue's thirteen keys. ARGV: '1' or '0', channel, request
+-- KEYS: the queue's keys. ARGV: '1' or '0', channel, request
 -- identity ('' on a single server; see lib/requests.lua).
 -- Returns 1 if it changed the state, 0 if not; a second execution of a
 -- request that changed it, 1. Resuming announces on the channel, so

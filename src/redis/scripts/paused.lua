@@ -1,5 +1,5 @@
 -- PAUSED: whether the queue is paused.
--- KEYS: the queue's thirteen keys. ARGV: none. Returns 1 or 0.
+-- KEYS: the queue's keys. ARGV: none. Returns 1 or 0.
 local err = check_all()
 if err then return err end
 return redis.call('HEXISTS', ENTRIES, PAUSED)

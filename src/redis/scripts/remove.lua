@@ -3,7 +3,7 @@
 -- schedule, even if it has no tick now). An entry with a unique window
 -- keeps its id taken that long from now; a leased entry's place of its key
 -- frees (announced when entries of the key wait).
--- KEYS: the queue's thirteen keys. ARGV: id, 'e' or 's', request identity
+-- KEYS: the queue's keys. ARGV: id, 'e' or 's', request identity
 -- ('' on a single server; see lib/requests.lua), channel ('' or absent:
 -- none).
 -- Returns 1 if it was there, 0 if not; a second execution of a request
@@ -26,13 +26,14 @@ if e then
   if e.member ~= '' then redis.call('ZREM', zset_of(e), e.member) end
   redis.call('ZREM', LEASES, id)
   redis.call('ZREM', DEAD, id)
-  redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
+  redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id, 'e:' .. id, 't:' .. id,
+    'n:' .. id)
   if e.unique then options().keep_taken(id, now + e.unique, now) end
   if freed and ARGV[4] and ARGV[4] ~= '' then redis.pcall('PUBLISH', ARGV[4], int(now)) end
 end
 if schedule and (not e or e.tick) then
   redis.call('HDEL', SCHEDULES, id)
-  redis.call('HDEL', ENTRIES, 'v:' .. id)
+  redis.call('HDEL', ENTRIES, 'v:' .. id, 'p:' .. id, 's:' .. id)
 end
 if ledger then ledger.remember('1', now) end
 return 1

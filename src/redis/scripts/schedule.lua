@@ -1,5 +1,5 @@
 -- SCHEDULE: creates or changes the recurring schedule `name` (an upsert).
--- KEYS: the queue's thirteen keys. ARGV: name, record ('e,<period ms>,<policy>'
+-- KEYS: the queue's keys. ARGV: name, record ('e,<period ms>,<policy>'
 -- or 'c,<expression>'), value (JSON), cron instants (see next_tick; '' for
 -- none yet), channel, request identity ('' on a single server; see
 -- lib/requests.lua).
@@ -49,5 +49,6 @@ if move then
   -- false: a cron expression with no instant left keeps no tick.
   if first then successor(name, first, channel, now) end
 end
+count_history(now)
 if ledger then ledger.remember('1', now) end
 return 1

@@ -1,5 +1,5 @@
 -- STATS: counts entries by state, on one clock.
--- KEYS: the queue's thirteen keys. ARGV: none.
+-- KEYS: the queue's keys. ARGV: none.
 -- Returns {pending, due, leased, dead}; an expired lease counts as due.
 local err = check_all()
 if err then return err end

@@ -23,21 +23,28 @@ end
 -- Returns 1 if applied (2: and a failure went to the dead letters), 0 if
 -- the lease was lost (nothing changed), or
 -- {-1, from, rec} if the successor needs cron instants after `from`
--- (nothing changed). The caller checked every key's type.
-local function finish(kind, id, token, ms, reason, cands, now, limit, channel)
+-- (nothing changed). An ack keeps `output` ('' for none) in its result
+-- (see `keep_result`); a failed attempt ('f', 'x') is kept in the entry's
+-- errors and counted in the history, as every ack and death. The caller
+-- checked every key's type.
+local function finish(kind, id, token, ms, reason, cands, now, limit, channel, output)
   if kind == 'G' then
     -- Gives back whatever the claim `token` holds (its reply was lost), with
     -- no attempt counted; `ms` bounds the end of its leases from below. A
     -- sending of that claim still on its way then leases nothing.
     mark(token, now)
     for _, leased in ipairs(redis.call('ZRANGEBYSCORE', LEASES, ms, '+inf')) do
-      finish('g', leased, token, 0, '', '', now, limit, channel)
+      finish('g', leased, token, 0, '', '', now, limit, channel, '')
     end
     return 1
   end
   local e = held(id, token)
   if not e then return 0 end
   local applied = 1
+  if kind == 'f' or kind == 'x' then
+    EVENTS.f = EVENTS.f + 1
+    add_error(id, e.attempt, now, reason)
+  end
   if kind == 'f' then
     -- The entry's own limit replaces the queue's.
     local most = e.max or limit
@@ -83,20 +90,23 @@ local function finish(kind, id, token, ms, reason, cands, now, limit, channel)
     redis.call('ZREM', zset_of(e), e.member)
     redis.call('ZREM', LEASES, id)
     if rec then
-      redis.call('HDEL', ENTRIES, 'm:' .. id, 'r:' .. id)
+      redis.call('HDEL', ENTRIES, 'm:' .. id, 'r:' .. id, 'e:' .. id, 't:' .. id)
     else
-      redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
+      redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id, 'e:' .. id, 't:' .. id)
     end
     -- Its id stays taken for its unique window.
     if e.unique then options().keep_taken(id, now + e.unique, now) end
+    EVENTS.d = EVENTS.d + 1
+    if e.tick then last_run(id, e.since, 'd') end
+    keep_result(id, 'd', now, e.attempt, nil, output ~= '' and output or nil)
   end
   if freed and channel ~= '' then redis.pcall('PUBLISH', channel, int(now)) end
   if next then successor(id, next, channel, now) end
   return applied
 end
 
--- Applies the ops in ARGV from `at` on (6 fields each: kind, id, token, ms,
--- reason, cands), after checking the type of every key they may write.
+-- Applies the ops in ARGV from `at` on (7 fields each: kind, id, token, ms,
+-- reason, cands, output), after checking the type of every key they may write.
 -- Acks of entries that are not ticks and keep no unique window (most of a
 -- worker's ops) are applied together: their records are read in one HMGET
 -- and their deletes are one command per key (those with a key or a
@@ -106,10 +116,16 @@ local function finish_all(at, n, now, limit, channel)
   if n == 0 then return {} end
   local fields = {}
   for i = 0, n - 1 do
-    fields[i + 1] = 'm:' .. ARGV[at + 6 * i + 1]
+    fields[i + 1] = 'm:' .. ARGV[at + 7 * i + 1]
   end
   -- Reads ENTRIES (a key of another type fails here, before any write).
+  -- And whether trace contexts were ever kept (then acks delete theirs),
+  -- and this minute's counts of the history.
+  fields[n + 1] = TRACES
+  for _, field in ipairs(history_fields(now)) do fields[#fields + 1] = field end
   local records = hmget_sliced(ENTRIES, fields)
+  local traces = records[n + 1]
+  take_history(records, n + 2)
   -- Acks together write SCHEDULE, LEASES, ENTRIES (read above) and, for
   -- entries with options, the keys of options; the other ops may write
   -- every key.
@@ -117,13 +133,13 @@ local function finish_all(at, n, now, limit, channel)
   for i = 0, n - 1 do
     records[i + 1] = parse(records[i + 1])
     local record = records[i + 1]
-    if ARGV[at + 6 * i] ~= 'a' or (record and (record.tick or record.unique)) then
+    if ARGV[at + 7 * i] ~= 'a' or (record and (record.tick or record.unique)) then
       others = true
     elseif record and special(record) then
       with_options = true
     end
   end
-  local e = ensure(SCHEDULE, 'zset')
+  local e = ensure(SCHEDULE, 'zset') or (KEEP > 0 and ensure(KEPT, 'zset'))
   if others then
     e = e or ensure(LEASES, 'zset') or ensure(DEAD, 'zset') or check_seq()
       or ensure(SCHEDULES, 'hash') or ensure(GIVEN_UP, 'zset')
@@ -133,9 +149,9 @@ local function finish_all(at, n, now, limit, channel)
   local results = {}
   local members, ids, gone, special_members, special_ids, special_records = {}, {}, {}, {}, {},
     {}
-  local seen = {}
+  local seen, kept = {}, {}
   for i = 0, n - 1 do
-    local o = at + 6 * i
+    local o = at + 7 * i
     local kind, id, token = ARGV[o], ARGV[o + 1], ARGV[o + 2]
     local record = records[i + 1]
     if kind == 'a' and record and not record.tick and not record.unique then
@@ -155,6 +171,10 @@ local function finish_all(at, n, now, limit, channel)
           gone[#gone + 1] = fields[i + 1]
           gone[#gone + 1] = 'v:' .. id
           gone[#gone + 1] = 'r:' .. id
+          -- Failed attempts are kept only by an entry delivered before.
+          if record.attempt > 1 then gone[#gone + 1] = 'e:' .. id end
+          if traces then gone[#gone + 1] = 't:' .. id end
+          if KEEP > 0 then kept[#kept + 1] = {id, record.attempt, ARGV[o + 6]} end
         end
         results[i + 1] = 1
       else
@@ -162,9 +182,10 @@ local function finish_all(at, n, now, limit, channel)
       end
     else
       results[i + 1] = finish(kind, id, token, tonumber(ARGV[o + 3]), ARGV[o + 4],
-        ARGV[o + 5], now, limit, channel)
+        ARGV[o + 5], now, limit, channel, ARGV[o + 6])
     end
   end
+  EVENTS.d = EVENTS.d + #ids
   if #ids > 0 then
     -- First for plain batches: it fails alone if LEASES holds another type.
     call_sliced('ZREM', LEASES, ids)
@@ -173,6 +194,9 @@ local function finish_all(at, n, now, limit, channel)
     call_sliced('ZREM', SCHEDULE, members)
     call_sliced('ZREM', SPECIAL, special_members)
     call_sliced('HDEL', ENTRIES, gone)
+    for _, k in ipairs(kept) do
+      keep_result(k[1], 'd', now, k[2], nil, k[3] ~= '' and k[3] or nil)
+    end
     if wake and channel ~= '' then redis.pcall('PUBLISH', channel, int(now)) end
   end
   return results

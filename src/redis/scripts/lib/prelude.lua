@@ -15,6 +15,10 @@ local SCHEDULE, ENTRIES, LEASES, DEAD, SEQ, SCHEDULES, GIVEN_UP, REQUESTS =
 -- LIMITS the keys' limits, held counts and recent starts; UNIQUE id -> until
 -- when a finished entry's id stays taken.
 local SPECIAL, READY, HELD, LIMITS, UNIQUE = KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+-- KEPT id -> until when its result (ENTRIES 'k:' .. id) is kept; MARKS
+-- '<token>\n<id>' -> until when a cancelled lease is told so at its
+-- extension; WORKERS worker id -> '<first>,<last>,<record JSON>'.
+local KEPT, MARKS, WORKERS = KEYS[14], KEYS[15], KEYS[16]
 
 -- The field of ENTRIES that marks the queue paused (its value: since when,
 -- in ms). No entry's field has this name: theirs start with 'm:', 'v:' or
@@ -32,16 +36,25 @@ local INSTANCE = 'instance'
 -- from the read of PAUSED, and reads SCHEDULE alone.
 local OPTIONS = 'options'
 
+-- The field of ENTRIES set once an insert kept a trace context (`t:<id>`):
+-- claims read those only from then on.
+local TRACES = 'traces'
+
 -- The calling handle's dead-letter retention, set by `rules`: the oldest
 -- a dead letter may be (ms) and how many are kept; -1 for no limit.
 local DEAD_MAX_AGE, DEAD_MAX_COUNT = -1, -1
+-- How long the calling handle keeps the results of what it finishes (ms;
+-- 0: none), set by `rules`.
+local KEEP = 0
 
 -- Reads the calling handle's rules, '<max attempts>,<dead max age ms>,<dead
--- max count>' (-1: no limit), and returns its max attempts (0: no limit).
+-- max count>[,<keep results ms>]' (-1: no limit), and returns its max
+-- attempts (0: no limit).
 local function rules(arg)
-  local limit, age, count = string.match(arg, '^(%d+),(%-?%d+),(%-?%d+)$')
+  local limit, age, count, keep = string.match(arg, '^(%d+),(%-?%d+),(%-?%d+),?(%d*)$')
   if not limit then return tonumber(arg) end
   DEAD_MAX_AGE, DEAD_MAX_COUNT = tonumber(age), tonumber(count)
+  KEEP = tonumber(keep) or 0
   return tonumber(limit)
 end
 
@@ -151,4 +164,147 @@ local function hmget_sliced(key, fields)
     for j = 1, #got do out[i + j - 1] = got[j] end
   end
   return out
+end
+
+-- The ids whose results this run kept, announced by `announce_finished`.
+local FINISHED = {}
+
+-- Keeps the result of entry `id` for KEEP ms (nothing when KEEP is 0):
+-- ENTRIES 'k:' .. id is '<state>,<at>,<attempts>,<reason length>,<output
+-- length>:<reason><output>' (state 'd' done, 'x' dead, 'c' cancelled; a
+-- length empty when there is none), and KEPT says until when.
+local function keep_result(id, state, now, attempts, reason, output)
+  if KEEP <= 0 then return end
+  FINISHED[#FINISHED + 1] = id
+  local r = state .. ',' .. int(now) .. ',' .. int(attempts) .. ','
+  if reason then r = r .. int(#reason) end
+  r = r .. ','
+  if output then r = r .. int(#output) end
+  redis.call('HSET', ENTRIES, 'k:' .. id, r .. ':' .. (reason or '') .. (output or ''))
+  redis.call('ZADD', KEPT, now + KEEP, id)
+end
+
+-- Forgets the kept result of `id` (a requeued dead letter's).
+local function forget_result(id)
+  redis.call('HDEL', ENTRIES, 'k:' .. id)
+  redis.call('ZREM', KEPT, id)
+end
+
+-- The channel of finishes and cancels, beside `channel` (the wake
+-- channel, 'punctual:{name}:wake'): 'punctual:{name}:done'.
+local function done_channel(channel)
+  return string.sub(channel, 1, #channel - 4) .. 'done'
+end
+
+-- Forgets results past their time, and announces the ids whose results
+-- this run kept on the done channel: 'f' then '<length>:<id>' for each.
+-- Best effort, as `announce`.
+local function announce_finished(channel, now)
+  if #FINISHED == 0 then return end
+  local old = redis.call('ZRANGEBYSCORE', KEPT, '-inf', now, 'LIMIT', 0, 100)
+  if #old > 0 then
+    local fields = {}
+    for i, id in ipairs(old) do fields[i] = 'k:' .. id end
+    redis.call('HDEL', ENTRIES, unpack(fields))
+    redis.call('ZREM', KEPT, unpack(old))
+  end
+  if channel == '' then return end
+  local parts = {'f'}
+  for _, id in ipairs(FINISHED) do parts[#parts + 1] = int(#id) .. ':' .. id end
+  redis.pcall('PUBLISH', done_channel(channel), table.concat(parts))
+  FINISHED = {}
+end
+
+-- The history: per minute of the server's clock, ENTRIES 'h:<kind><minute>'
+-- -> count ('i' inserted, 'd' done, 'f' failed attempts, 'x' dead; minute:
+-- ms since the epoch / 60000), and 'h:last' -> the latest minute counted.
+-- In ENTRIES, so the scripts that finish read this minute's counts in the
+-- read of the records they make anyway; minutes older than a day are
+-- deleted by the first count of a minute.
+local EVENTS = {i = 0, d = 0, f = 0, x = 0}
+local HISTORY_KINDS = {'i', 'd', 'f', 'x'}
+-- This minute's counts and 'h:last' as read (nil: not read yet).
+local HISTORY_HAD = nil
+
+-- The fields of ENTRIES that `take_history` reads, for the minute of `now`.
+local function history_fields(now)
+  local minute = int(math.floor(now / 60000))
+  return {'h:i' .. minute, 'h:d' .. minute, 'h:f' .. minute, 'h:x' .. minute, 'h:last'}
+end
+
+-- Keeps what a read of `history_fields` found (`got`, from index `at`).
+local function take_history(got, at)
+  HISTORY_HAD = {i = got[at], d = got[at + 1], f = got[at + 2], x = got[at + 3],
+    last = got[at + 4]}
+end
+
+-- The fields and values that add this run's events to their minute (their
+-- write is the caller's: a write of ENTRIES it makes anyway), the events
+-- then counted; deletes the minutes older than a day at the first count
+-- of a minute.
+local function history_writes(now)
+  if EVENTS.i + EVENTS.d + EVENTS.f + EVENTS.x == 0 then return {} end
+  if not HISTORY_HAD then take_history(redis.call('HMGET', ENTRIES, unpack(history_fields(now))), 1) end
+  local minute = math.floor(now / 60000)
+  local fields = {}
+  for _, kind in ipairs(HISTORY_KINDS) do
+    local n = EVENTS[kind]
+    if n > 0 then
+      HISTORY_HAD[kind] = int((tonumber(HISTORY_HAD[kind]) or 0) + n)
+      fields[#fields + 1] = 'h:' .. kind .. int(minute)
+      fields[#fields + 1] = HISTORY_HAD[kind]
+      EVENTS[kind] = 0
+    end
+  end
+  local last = tonumber(HISTORY_HAD.last)
+  if last ~= minute then
+    fields[#fields + 1] = 'h:last'
+    fields[#fields + 1] = int(minute)
+    HISTORY_HAD.last = int(minute)
+    if last and last < minute then
+      -- The first count of this minute: what the first count of `last`
+      -- left (up to last - 1441) goes, up to a day ago.
+      local old = {}
+      for m = last - 1440, math.min(last, minute - 1441) do
+        for _, kind in ipairs(HISTORY_KINDS) do old[#old + 1] = 'h:' .. kind .. int(m) end
+      end
+      if #old > 0 then call_sliced('HDEL', ENTRIES, old) end
+    end
+  end
+  return fields
+end
+
+-- Adds this run's events to their minute, in one write.
+local function count_history(now)
+  local fields = history_writes(now)
+  if #fields > 0 then redis.call('HSET', ENTRIES, unpack(fields)) end
+end
+
+-- Adds a failed attempt (attempt, at, reason) to the last ten of entry
+-- `id`, kept in ENTRIES 'e:' .. id as '<attempt>,<at>,<length>:<reason>'
+-- each, oldest first.
+local function add_error(id, attempt, now, reason)
+  local list = redis.call('HGET', ENTRIES, 'e:' .. id) or ''
+  local items, at = {}, 1
+  while at <= #list do
+    local a, t, len, from = string.match(list, '^(%d+),(%d+),(%d+):()', at)
+    if not a then break end
+    local to = from + tonumber(len)
+    items[#items + 1] = string.sub(list, at, to - 1)
+    at = to
+  end
+  items[#items + 1] = int(attempt) .. ',' .. int(now) .. ',' .. int(#reason) .. ':' .. reason
+  while #items > 10 do table.remove(items, 1) end
+  redis.call('HSET', ENTRIES, 'e:' .. id, table.concat(items))
+end
+
+-- Records when the last finished tick of schedule `name` began (`since`,
+-- its claim; the one before kept when nil) and how it ended ('d', 'x',
+-- 'c'): ENTRIES 's:' .. name is '<since>,<state>'.
+local function last_run(name, since, state)
+  if not since then
+    local old = redis.call('HGET', ENTRIES, 's:' .. name)
+    since = old and tonumber(string.match(old, '^(%d*)'))
+  end
+  redis.call('HSET', ENTRIES, 's:' .. name, (since and int(since) or '') .. ',' .. state)
 end

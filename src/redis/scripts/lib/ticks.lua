@@ -41,11 +41,19 @@ end
 
 -- Inserts the tick of schedule `name` due at `at`, a fresh entry (attempt
 -- 0) that keeps the value stored under the name.
+-- A paused schedule's tick is parked instead: out of SCHEDULE, its due
+-- time in ENTRIES 'p:' .. name (see pause_schedule.lua). Counted as
+-- inserted in the history.
 local function successor(name, at, channel, now)
+  EVENTS.i = EVENTS.i + 1
   local old_head, busy = head()
   local member = new_member(name)
   redis.call('HSET', ENTRIES, 'm:' .. name,
     record({attempt = 0, token = '', tick = at, member = member}))
+  if redis.call('HEXISTS', ENTRIES, 'p:' .. name) == 1 then
+    redis.call('HSET', ENTRIES, 'p:' .. name, int(at))
+    return
+  end
   redis.call('ZADD', SCHEDULE, at, member)
   announce(channel, at, old_head, now, busy, false)
 end
@@ -57,7 +65,8 @@ local function trim_dead(now)
   local function forget(ids)
     for _, id in ipairs(ids) do
       local e = parse(redis.call('HGET', ENTRIES, 'm:' .. id))
-      redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id)
+      redis.call('HDEL', ENTRIES, 'm:' .. id, 'v:' .. id, 'r:' .. id, 'e:' .. id, 't:' .. id,
+        'n:' .. id)
       if e and e.unique then options().keep_taken(id, now + e.unique, now) end
     end
     call_sliced('ZREM', DEAD, ids)
@@ -104,10 +113,16 @@ local function bury(id, e, reason, now)
       n = n + 1
       dead = name .. '@' .. int(e.tick) .. '.' .. n
     end
-    local value = redis.call('HGET', ENTRIES, 'v:' .. id)
-    if value then redis.call('HSET', ENTRIES, 'v:' .. dead, value) end
-    redis.call('HDEL', ENTRIES, 'm:' .. id, 'r:' .. id)
+    local got = redis.call('HMGET', ENTRIES, 'v:' .. id, 'e:' .. id)
+    if got[1] then redis.call('HSET', ENTRIES, 'v:' .. dead, got[1]) end
+    if got[2] then redis.call('HSET', ENTRIES, 'e:' .. dead, got[2]) end
+    -- The dead tick names its schedule.
+    redis.call('HSET', ENTRIES, 'n:' .. dead, id)
+    redis.call('HDEL', ENTRIES, 'm:' .. id, 'r:' .. id, 'e:' .. id)
+    last_run(id, e.since, 'x')
   end
+  EVENTS.x = EVENTS.x + 1
+  keep_result(dead, 'x', now, e.attempt, reason, nil)
   e.token, e.since, e.tick, e.member = '', nil, nil, ''
   redis.call('HSET', ENTRIES, 'm:' .. dead, record(e), 'r:' .. dead, reason)
   redis.call('ZADD', DEAD, now, dead)
