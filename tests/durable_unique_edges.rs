@@ -331,14 +331,14 @@ impl Restart for common::stores::redis::Store {
 impl Restart for common::stores::pg::Store {
     fn restart(&mut self) {
         let store = &*self;
-    // The shared server stays up: the backends of this test's database
-    // are killed instead (a crash of their sessions; the data is in tables).
-    common::pg::psql(
-        &common::pg::admin_url(),
-        &format!(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}' AND pid <> pg_backend_pid()",
-            store.db.name()
-        ),
-    );
+        // The shared server stays up: the backends of this test's database
+        // are killed instead (a crash of their sessions; the data is in tables).
+        common::pg::psql(
+            &common::pg::admin_url(),
+            &format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}' AND pid <> pg_backend_pid()",
+                store.db.name()
+            ),
+        );
     }
 }
