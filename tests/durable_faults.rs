@@ -107,7 +107,7 @@ async fn an_ack_whose_claim_reply_was_lost_counts_completed() {
     let stats = worker.shutdown(ms(1000)).await;
     assert_eq!(
         server
-            .command(&["EXISTS", "punctual:{acklost}:entries"])
+            .command(&["HEXISTS", "punctual:{acklost}:entries", "m:unique-job-xyz"])
             .render(),
         "0"
     );

@@ -1,5 +1,5 @@
 #![cfg(any(feature = "redis", feature = "postgres"))]
-//! The worker's fences under faults a hostile test round found (issue 33),
+//! The worker's fences under faults a hostile test round found,
 //! one body per store: a handler resumed on a busy runtime after its lease
 //! ended, a handler that returns after its timeout without awaiting, a
 //! handler blocking past a shutdown's grace, a shutdown on a silent link,

@@ -1,4 +1,4 @@
-//! Single inserts made at the same time on one handle (issue 32): on Redis
+//! Single inserts made at the same time on one handle: on Redis
 //! and PostgreSQL they go to the store together, as one script or one
 //! statement, while a request of them is on its way; each caller still
 //! gets its own answer, in the order of the calls, and waiting consumers

@@ -1,7 +1,7 @@
 //! A `PgQueue` whose pooled connections are all black-holed at once (a NAT,
 //! load balancer or firewall that dropped its state: no FIN, no RST, just
 //! silence; new connections work) recovers within one `response_timeout`
-//! plus a connect, whatever the size of its pool (issue 43: each dead idle
+//! plus a connect, whatever the size of its pool (each dead idle
 //! connection once cost the next call another full timeout in turn, so a
 //! pool of 10 took ten timeouts to recover).
 //!

@@ -348,7 +348,7 @@ async fn a_claim_of_large_values_is_bounded_in_bytes() {
 }
 
 /// A claim leases the due head while a producer inserts an entry due after
-/// that head but before the next one (issue 32). The insert runs beside the
+/// that head but before the next one. The insert runs beside the
 /// claim: it sees the head still due (the claim has not committed), and the
 /// claim reports as its next head the first entry not yet due (the insert
 /// has not committed), so its consumer sleeps toward that one. The insert

@@ -5,7 +5,7 @@
 //! the fault proxy of `tests/common/proxy.rs`, slow links, half-open
 //! connections and replies lost after the request ran.
 //!
-//! Each test is a regression of issue 18: it failed before claims carried a
+//! Each test is a regression test: it failed before claims carried a
 //! token, calls waited up to `response_timeout`, connections were replaced
 //! and notifications were best effort. Real time throughout (the server
 //! decides what is due), with waits of hundreds of milliseconds.

@@ -19,6 +19,11 @@ use punctual::redis::RedisQueue;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
+/// How long the store keeps the result of a run cancelled through the
+/// dashboard (the application's own `keep_results` is not known here): a
+/// `wait` on it answers `Cancelled`, and the entry's page shows it.
+const CANCEL_RESULTS: Duration = Duration::from_secs(24 * 3600);
+
 use crate::error::OpError;
 
 mod explain;
@@ -241,7 +246,13 @@ impl Source {
     pub(crate) async fn open(&self, name: &str) -> Result<Handle, OpError> {
         match self {
             Source::Redis { url, .. } => {
-                let built = bounded(RedisQueue::builder(name).url(url).build()).await?;
+                let built = bounded(
+                    RedisQueue::builder(name)
+                        .url(url)
+                        .keep_results(CANCEL_RESULTS)
+                        .build(),
+                )
+                .await?;
                 match built {
                     Ok(queue) => Ok(Handle::Redis(queue)),
                     Err(e @ punctual::redis::Error::InvalidName(_)) => Err(OpError::redis(e)),
@@ -250,8 +261,14 @@ impl Source {
             }
             Source::Postgres { url, schema, .. } => {
                 let pool = self.pool().await?;
-                let built =
-                    bounded(PgQueue::builder(name).pool(pool).schema(schema).build()).await?;
+                let built = bounded(
+                    PgQueue::builder(name)
+                        .pool(pool)
+                        .schema(schema)
+                        .keep_results(CANCEL_RESULTS)
+                        .build(),
+                )
+                .await?;
                 match built {
                     Ok(queue) => Ok(Handle::Postgres(queue)),
                     Err(e @ punctual::postgres::Error::InvalidName(_)) => Err(OpError::postgres(e)),

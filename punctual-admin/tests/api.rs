@@ -2053,7 +2053,7 @@ async fn health_runs_and_results_on_redis() {
         .build()
         .await
         .unwrap();
-    skip_unless_supported!(&busy, "health_runs_and_results_on_redis");
+    assert_supported!(&busy, "health_runs_and_results_on_redis");
     seed_stuck(&redis_queue(&redis.url(), "stuck").await).await;
     let url = redis.url();
     let builder = move || Dashboard::builder().redis(&url);
@@ -2070,7 +2070,7 @@ async fn health_runs_and_results_on_postgres() {
         .build()
         .await
         .unwrap();
-    skip_unless_supported!(&busy, "health_runs_and_results_on_postgres");
+    assert_supported!(&busy, "health_runs_and_results_on_postgres");
     seed_stuck(&pg_queue_in(&db.url(), "api_health", "stuck").await).await;
     let url = db.url();
     let builder = move || Dashboard::builder().postgres(&url, "api_health");
@@ -2408,7 +2408,7 @@ async fn dead_letters_newest_first_requeue_delay_and_bulk_on_memory() {
 async fn dead_letters_newest_first_requeue_delay_and_bulk_on_redis() {
     let redis = RedisServer::start_in_memory();
     let r = redis_queue(&redis.url(), "mail").await;
-    skip_unless_supported!(&r, "dead_letters_..._on_redis");
+    assert_supported!(&r, "dead_letters_..._on_redis");
     let app = Dashboard::builder().redis(&redis.url()).router();
     dead_letters_on(&app, "mail", &r).await;
 }
@@ -2417,7 +2417,7 @@ async fn dead_letters_newest_first_requeue_delay_and_bulk_on_redis() {
 async fn dead_letters_newest_first_requeue_delay_and_bulk_on_postgres() {
     let db = PgDb::new();
     let p = pg_queue_in(&db.url(), "api_dead", "mail").await;
-    skip_unless_supported!(&p, "dead_letters_..._on_postgres");
+    assert_supported!(&p, "dead_letters_..._on_postgres");
     let app = Dashboard::builder()
         .postgres(&db.url(), "api_dead")
         .router();

@@ -1722,7 +1722,7 @@ async fn health_commands_on_redis() {
         .build()
         .await
         .unwrap();
-    skip_unless_supported!(&q, "health_commands_on_redis");
+    assert_supported!(&q, "health_commands_on_redis");
     health_commands_on(&["--redis".into(), redis.url()], &q, "redis").await;
 }
 
@@ -1737,7 +1737,7 @@ async fn health_commands_on_postgres() {
         .build()
         .await
         .unwrap();
-    skip_unless_supported!(&q, "health_commands_on_postgres");
+    assert_supported!(&q, "health_commands_on_postgres");
     health_commands_on(
         &[
             "--postgres".into(),

@@ -13,8 +13,9 @@ use super::error::{Error, check_schema};
 ///
 /// One statement: a walk of the entries' primary key from one queue name
 /// to the next (a loose index scan, as many steps as there are queues),
-/// and the small tables of schedules and paused queues. It opens one
-/// connection for the call.
+/// and the small tables of schedules, paused queues, workers and the
+/// history's minutes (a queue whose entries all finished stays listed
+/// for a day). It opens one connection for the call.
 ///
 /// # Errors
 ///
@@ -52,6 +53,19 @@ pub async fn queue_names(url: &str, schema: &str) -> Result<Vec<String>, Error> 
     if !exists {
         return Ok(Vec::new());
     }
+    // A queue whose entries all finished is still listed while a worker
+    // serves it or its history keeps a minute (tables of VERSION 8).
+    let health: bool =
+        sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL")
+            .bind(format!("{s}.workers"))
+            .bind(format!("{s}.minutes"))
+            .fetch_one(&mut conn)
+            .await?;
+    let more = if health {
+        format!("UNION SELECT queue FROM {s}.workers UNION SELECT DISTINCT queue FROM {s}.minutes")
+    } else {
+        String::new()
+    };
     let names = tokio::time::timeout(
         limit,
         sqlx::query_scalar(&format!(
@@ -63,7 +77,7 @@ pub async fn queue_names(url: &str, schema: &str) -> Result<Vec<String>, Error> 
                FROM walk w WHERE w.queue IS NOT NULL) \
              SELECT queue FROM walk WHERE queue IS NOT NULL \
              UNION SELECT queue FROM {s}.schedules \
-             UNION SELECT queue FROM {s}.queues \
+             UNION SELECT queue FROM {s}.queues {more} \
              ORDER BY 1"
         ))
         .fetch_all(&mut conn),

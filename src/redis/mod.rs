@@ -49,7 +49,7 @@
 //! 256 in one run of the insert script, each caller with its own answer, in
 //! the order of the calls; a producer that awaits each insert sends each
 //! alone, as before. Why: everything a handle sends shares its one
-//! connection, and Redis runs one script at a time. Measured (issue 32: one
+//! connection, and Redis runs one script at a time. Measured (one
 //! producer with 256 inserts in flight, a worker on the same handle), one
 //! script per insert cost the server 17 µs each and kept it 93% busy while
 //! the producer ran, and a claim of the worker waited behind the inserts

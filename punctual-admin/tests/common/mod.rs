@@ -239,7 +239,7 @@ pub const DEFAULT_LIMIT: KeyLimit = KeyLimit {
 /// `tenant-b` run.
 pub const KEYED_DUE: usize = 3;
 
-/// Entries with keys and priorities, and key limits, as issue 39's
+/// Entries with keys and priorities, and key limits, as tenant-fair
 /// workloads make them: `a-1`, `a-2` (key `tenant-a`) and `b-1` (key
 /// `tenant-b`), priority 5, due now; `urgent` (no key, priority 9) and
 /// `later` (key `tenant-c`, priority -2), due in an hour. `tenant-a` has
@@ -307,14 +307,13 @@ where
         ))
 }
 
-/// Skips the rest of a test (returning from it) when the store of
-/// `$queue` does not answer the health and results calls yet, saying so.
+/// Fails the test, naming the call, when the store of `$queue` does not
+/// answer the health and results calls (every store does).
 #[macro_export]
-macro_rules! skip_unless_supported {
+macro_rules! assert_supported {
     ($queue:expr, $what:expr) => {
         if let Some(why) = common::unsupported($queue).await {
-            eprintln!("SKIPPED {}: the store does not answer {why}", $what);
-            return;
+            panic!("{}: the store does not answer {why}", $what);
         }
     };
 }
