@@ -2340,10 +2340,8 @@ BEGIN
           -- Taken since by another entry of a key at its concurrency, the
           -- place is not taken back.
           AND NOT (d.run_at <= v_now AND d.key IS NOT NULL AND coalesce(
-              (SELECT nullif(split_part(l.lim, ',', 1), '')::bigint
-               FROM __SCHEMA__.key_limits l
-               WHERE l.queue = p_queue AND l.key IN (d.key, '*')
-               ORDER BY l.key = '*' LIMIT 1), 9223372036854775807)
+              nullif(split_part(__SCHEMA__.limit_of(p_queue, d.key), ',', 1), '')::bigint,
+              9223372036854775807)
             <= (SELECT count(*) FROM __SCHEMA__.entries h
                 WHERE h.queue = p_queue AND h.key = d.key AND h.token IS NOT NULL
                   AND h.run_at > v_now))
