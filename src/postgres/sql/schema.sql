@@ -2152,6 +2152,8 @@ DECLARE
     v_max_bytes constant bigint := 16 * 1024 * 1024;
     v_due refcursor;
     v_special bigint;
+    v_tids tid[];
+    v_odd boolean;
 BEGIN
     now := __SCHEMA__.now_ms();
     v_lease_end := now + p_lease;
@@ -2232,64 +2234,109 @@ BEGIN
                         ORDER BY u.o);
         RETURN;
     END IF;
-    -- One more than asked: if it comes, more are due. (A cursor, so that
-    -- each lease updates the row it points at, with no index lookup.)
-    OPEN v_due FOR SELECT * FROM __SCHEMA__.entries d
-        WHERE d.queue = p_queue AND d.run_at <= (SELECT now) AND d.key IS NULL
-          AND d.priority = 0
-        ORDER BY d.run_at, d.seq
-        LIMIT p_max + 1 FOR UPDATE SKIP LOCKED;
-    LOOP
-        FETCH v_due INTO e;
-        EXIT WHEN NOT FOUND;
-        v_found := v_found + 1;
+    -- One more than asked: if it comes, more are due. Locked in one
+    -- statement; when none of them is a tick or past its deliveries and
+    -- their values fit the reply, they are leased in one statement by
+    -- their row addresses (a TID scan: no index lookup). Otherwise the
+    -- walk below leases them a row at a time (it meets them locked by
+    -- this transaction already).
+    SELECT array_agg(c.t ORDER BY c.run_at, c.seq), array_agg(c.id ORDER BY c.run_at, c.seq),
+           array_agg(c.value ORDER BY c.run_at, c.seq), array_agg(c.attempt + 1 ORDER BY c.run_at, c.seq),
+           array_agg(c.run_at ORDER BY c.run_at, c.seq), array_agg(c.trace ORDER BY c.run_at, c.seq),
+           count(*), bool_or(c.tick IS NOT NULL OR (coalesce(c.max_attempts, p_limit) > 0
+               AND c.attempt + 1 > coalesce(c.max_attempts, p_limit))),
+           sum(octet_length(c.value))
+    INTO v_tids, ids, vals, attempts, deadlines, traces, v_found, v_odd, v_bytes
+    FROM (SELECT d.ctid AS t, d.id, d.value, d.attempt, d.run_at, d.seq, d.trace, d.tick,
+                 d.max_attempts
+          FROM __SCHEMA__.entries d
+          WHERE d.queue = p_queue AND d.run_at <= (SELECT now) AND d.key IS NULL
+            AND d.priority = 0
+          ORDER BY d.run_at, d.seq
+          LIMIT p_max + 1 FOR UPDATE SKIP LOCKED) c;
+    IF v_found > 0 AND NOT v_odd AND (v_found = 1 OR v_bytes <= v_max_bytes) THEN
         IF v_found > p_max THEN
             more := true;
-            head := e.run_at;
-            EXIT;
+            head := deadlines[v_found];
+            v_tids := v_tids[1:p_max]; ids := ids[1:p_max]; vals := vals[1:p_max];
+            attempts := attempts[1:p_max]; deadlines := deadlines[1:p_max];
+            traces := traces[1:p_max];
         END IF;
-        v_rec := NULL;
-        IF e.tick IS NOT NULL THEN
-            SELECT s.rec INTO v_rec FROM __SCHEMA__.schedules s
-            WHERE s.queue = p_queue AND s.name = e.id;
+        UPDATE __SCHEMA__.entries d SET run_at = v_lease_end, attempt = d.attempt + 1,
+            deadline = d.run_at, token = p_token, since = now
+        WHERE d.ctid = ANY (v_tids);
+        v_found := cardinality(ids);
+        lease_ends := array_fill(v_lease_end, ARRAY[v_found]);
+        schedule_recs := array_fill(NULL::text, ARRAY[v_found]);
+        whys := array_fill(NULL::text, ARRAY[v_found]);
+        keys := array_fill(NULL::text, ARRAY[v_found]);
+        priorities := array_fill(0::smallint, ARRAY[v_found]);
+        IF more THEN
+            RETURN;
         END IF;
-        v_limit := coalesce(e.max_attempts, p_limit);
-        e.attempt := e.attempt + 1;
-        e.deadline := coalesce(e.tick, e.run_at);
-        IF v_limit > 0 AND e.attempt > v_limit AND NOT coalesce(left(v_rec, 2) = 'c,', false) THEN
-            e.attempt := v_limit;
-            v_next := NULL;
-            IF v_rec IS NOT NULL THEN
-                SELECT t.state, t.next INTO v_state, v_next
-                FROM __SCHEMA__.next_tick(v_rec, e.tick, NULL, now, NULL) t;
-            END IF;
-            PERFORM __SCHEMA__.bury(p_queue, p_channel, e, 'not acked after ' || v_limit || ' deliveries',
-                now);
-            IF e.tick IS NOT NULL THEN
-                PERFORM __SCHEMA__.place_tick(p_queue, p_channel, e.id, v_next);
-            END IF;
-        ELSE
-            IF cardinality(ids) > 0 AND v_bytes + octet_length(e.value) > v_max_bytes THEN
+    ELSE
+        ids := '{}'; vals := '{}'; attempts := '{}'; deadlines := '{}'; traces := '{}';
+        v_found := 0;
+        v_bytes := 0;
+        -- (A cursor, so that each lease updates the row it points at, with no
+        -- index lookup.)
+        OPEN v_due FOR SELECT * FROM __SCHEMA__.entries d
+            WHERE d.queue = p_queue AND d.run_at <= (SELECT now) AND d.key IS NULL
+              AND d.priority = 0
+            ORDER BY d.run_at, d.seq
+            LIMIT p_max + 1 FOR UPDATE SKIP LOCKED;
+        LOOP
+            FETCH v_due INTO e;
+            EXIT WHEN NOT FOUND;
+            v_found := v_found + 1;
+            IF v_found > p_max THEN
                 more := true;
                 head := e.run_at;
                 EXIT;
             END IF;
-            v_bytes := v_bytes + octet_length(e.value);
-            UPDATE __SCHEMA__.entries d SET run_at = v_lease_end, attempt = e.attempt,
-                deadline = e.deadline, token = p_token, since = now
-            WHERE CURRENT OF v_due;
-            traces := traces || e.trace;
-            ids := ids || e.id; vals := vals || e.value; attempts := attempts || e.attempt;
-            deadlines := deadlines || e.deadline; lease_ends := lease_ends || v_lease_end;
-            schedule_recs := schedule_recs || v_rec;
-            whys := whys || CASE WHEN v_limit > 0 AND e.attempt > v_limit
-                THEN 'not acked after ' || v_limit || ' deliveries' END;
-        END IF;
-    END LOOP;
-    CLOSE v_due;
-    -- Plain entries only: no key, priority 0.
-    keys := array_fill(NULL::text, ARRAY[cardinality(ids)]);
-    priorities := array_fill(0::smallint, ARRAY[cardinality(ids)]);
+            v_rec := NULL;
+            IF e.tick IS NOT NULL THEN
+                SELECT s.rec INTO v_rec FROM __SCHEMA__.schedules s
+                WHERE s.queue = p_queue AND s.name = e.id;
+            END IF;
+            v_limit := coalesce(e.max_attempts, p_limit);
+            e.attempt := e.attempt + 1;
+            e.deadline := coalesce(e.tick, e.run_at);
+            IF v_limit > 0 AND e.attempt > v_limit AND NOT coalesce(left(v_rec, 2) = 'c,', false) THEN
+                e.attempt := v_limit;
+                v_next := NULL;
+                IF v_rec IS NOT NULL THEN
+                    SELECT t.state, t.next INTO v_state, v_next
+                    FROM __SCHEMA__.next_tick(v_rec, e.tick, NULL, now, NULL) t;
+                END IF;
+                PERFORM __SCHEMA__.bury(p_queue, p_channel, e, 'not acked after ' || v_limit || ' deliveries',
+                    now);
+                IF e.tick IS NOT NULL THEN
+                    PERFORM __SCHEMA__.place_tick(p_queue, p_channel, e.id, v_next);
+                END IF;
+            ELSE
+                IF cardinality(ids) > 0 AND v_bytes + octet_length(e.value) > v_max_bytes THEN
+                    more := true;
+                    head := e.run_at;
+                    EXIT;
+                END IF;
+                v_bytes := v_bytes + octet_length(e.value);
+                UPDATE __SCHEMA__.entries d SET run_at = v_lease_end, attempt = e.attempt,
+                    deadline = e.deadline, token = p_token, since = now
+                WHERE CURRENT OF v_due;
+                traces := traces || e.trace;
+                ids := ids || e.id; vals := vals || e.value; attempts := attempts || e.attempt;
+                deadlines := deadlines || e.deadline; lease_ends := lease_ends || v_lease_end;
+                schedule_recs := schedule_recs || v_rec;
+                whys := whys || CASE WHEN v_limit > 0 AND e.attempt > v_limit
+                    THEN 'not acked after ' || v_limit || ' deliveries' END;
+            END IF;
+        END LOOP;
+        CLOSE v_due;
+        -- Plain entries only: no key, priority 0.
+        keys := array_fill(NULL::text, ARRAY[cardinality(ids)]);
+        priorities := array_fill(0::smallint, ARRAY[cardinality(ids)]);
+    END IF;
     IF NOT more THEN
         -- The first special entry is the one seen above, not yet due (one
         -- committed since, due now, was announced by its writer).
