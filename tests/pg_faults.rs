@@ -803,7 +803,8 @@ async fn kill_holder(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_killed_holding_a_lease_gets_its_entry_redelivered_after_the_lease() {
     const NAME: &str = "killed_consumer";
-    let lease = ms(1500);
+    // Long enough that a loaded machine still looks while it lasts.
+    let lease = ms(3000);
     let db = PgDb::new();
     let url = db.url();
     let q = queue(&url, NAME, lease).await;

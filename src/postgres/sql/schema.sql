@@ -9,6 +9,15 @@
 -- Times are milliseconds since the Unix epoch on the database's clock
 -- (`clock_timestamp()`, read once per call).
 --
+-- A claim runs with plan_cache_mode force_generic_plan: its statements
+-- are planned once per session. Each reads `entries` in the order of an
+-- index with a LIMIT, a plan that suits a table of any size, and with the
+-- many partial indexes of `entries` planning them anew at each call (what
+-- the default does while a custom plan looks cheaper) cost more than
+-- running them. The finishes it carries (finish_all) are planned as usual:
+-- a plan made once while the table was small (a lookup by id that reads
+-- every entry of the queue) would stay for the session.
+--
 -- Notifications on a queue's channel: the new head's due time (an
 -- insert, a retry, ... see announce); 'f<id>': entry `id` finished and a
 -- wait looks for it (see waits); 'c': a leased entry was cancelled.
@@ -1198,7 +1207,7 @@ END $$;
 CREATE OR REPLACE FUNCTION __SCHEMA__.finish_all(p_queue text, p_channel text, p_limit integer,
     p_lease bigint, p_now bigint, p_kinds text[], p_ids text[], p_tokens text[], p_ms bigint[],
     p_reasons text[], p_cands text[], OUT results integer[], OUT cron_from bigint[],
-    OUT recs text[]) LANGUAGE plpgsql AS $$
+    OUT recs text[]) LANGUAGE plpgsql SET plan_cache_mode = auto AS $$
 DECLARE
     v_n integer := coalesce(array_length(p_kinds, 1), 0);
     v_acked bigint[];
@@ -2139,7 +2148,7 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.claim(p_queue text, p_channel text, p_max 
     OUT ids text[], OUT vals text[], OUT attempts integer[], OUT deadlines bigint[],
     OUT lease_ends bigint[], OUT schedule_recs text[], OUT whys text[],
     OUT keys text[], OUT priorities smallint[], OUT traces text[])
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_lease_end bigint;
     v_limit integer;
@@ -2254,17 +2263,22 @@ BEGIN
             AND d.priority = 0
           ORDER BY d.run_at, d.seq
           LIMIT p_max + 1 FOR UPDATE SKIP LOCKED) c;
-    IF v_found > 0 AND NOT v_odd AND (v_found = 1 OR v_bytes <= v_max_bytes) THEN
-        IF v_found > p_max THEN
+    IF v_found = 0 OR (NOT v_odd AND (v_found = 1 OR v_bytes <= v_max_bytes)) THEN
+        IF v_found = 0 THEN
+            v_tids := '{}'; ids := '{}'; vals := '{}'; attempts := '{}'; deadlines := '{}';
+            traces := '{}';
+        ELSIF v_found > p_max THEN
             more := true;
             head := deadlines[v_found];
             v_tids := v_tids[1:p_max]; ids := ids[1:p_max]; vals := vals[1:p_max];
             attempts := attempts[1:p_max]; deadlines := deadlines[1:p_max];
             traces := traces[1:p_max];
         END IF;
-        UPDATE __SCHEMA__.entries d SET run_at = v_lease_end, attempt = d.attempt + 1,
-            deadline = d.run_at, token = p_token, since = now
-        WHERE d.ctid = ANY (v_tids);
+        IF v_found > 0 THEN
+            UPDATE __SCHEMA__.entries d SET run_at = v_lease_end, attempt = d.attempt + 1,
+                deadline = d.run_at, token = p_token, since = now
+            WHERE d.ctid = ANY (v_tids);
+        END IF;
         v_found := cardinality(ids);
         lease_ends := array_fill(v_lease_end, ARRAY[v_found]);
         schedule_recs := array_fill(NULL::text, ARRAY[v_found]);
