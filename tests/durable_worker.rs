@@ -1,8 +1,9 @@
 #![cfg(any(feature = "redis", feature = "postgres"))]
 //! `punctual::durable::Worker` on every durable store (`RedisQueue`,
 //! `PgQueue`): acks, retries with backoff, dead letters, panics, timeouts,
-//! the concurrency bound, leases kept alive and lost, shutdown, and a worker
-//! process killed mid-handler.
+//! the concurrency bound, leases kept alive and lost, shutdown, claiming
+//! ahead, and a worker process killed mid-handler (alone, and with its
+//! prefetch window full).
 //!
 //! Real time: the store server's clock decides what is due and when a lease
 //! runs out. Waits are bounded by `WAIT` (never reached when green).
@@ -387,6 +388,125 @@ common::stores::on_durable_stores! {
             Ok::<(), String>(())
         });
         sleep(WAIT).await;
+    }
+
+    /// The child side of the SIGKILL test with a full prefetch window: a
+    /// worker of 2 places and 8 ahead whose first 4 runs (values 0 to 3)
+    /// end at once and whose later runs never end, each announced on stdout.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn killed_prefetching_worker_child() {
+        if child_role(STORE).is_none_or(|(role, _)| role != "ahead") {
+            return; // only as a child
+        }
+        let q: Q<u64> = Q::builder("killed-ahead")
+            .in_parents_store()
+            .lease(ms(1500))
+            .poll_interval(ms(50))
+            .build()
+            .await
+            .unwrap();
+        let _worker = Worker::builder(q).concurrency(2).prefetch(8).spawn(|job: Job<u64>| async move {
+            if *job.value() < 4 {
+                println!("finished {}", job.id());
+                return Ok::<(), String>(());
+            }
+            println!("holding {}", job.id());
+            sleep(HOUR).await;
+            Ok(())
+        });
+        sleep(WAIT).await;
+    }
+
+    /// A worker process SIGKILLed with both places running and its prefetch
+    /// window full: what it acked stays acked, and every other entry (run,
+    /// claimed ahead, or never claimed) runs exactly once more, one it held
+    /// once its lease has run out and within one lease of the kill.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_worker_killed_with_a_full_prefetch_window_loses_nothing_and_runs_nothing_twice_at_once() {
+        let lease = ms(1500);
+        let store = Store::start();
+        let q: Q<u64> = store
+            .builder("killed-ahead")
+            .lease(lease)
+            .poll_interval(ms(50))
+            .build()
+            .await
+            .expect("connect");
+        let all: Vec<String> = (0..24u64).map(|n| format!("e{n:02}")).collect();
+        for (n, id) in all.iter().enumerate() {
+            assert!(q.insert_with_id(id, &(n as u64), Duration::ZERO).await.unwrap());
+        }
+        let mut child = child_command(module_path!(), "killed_prefetching_worker_child", "ahead", &store)
+            .spawn()
+            .unwrap();
+        // 2 runs that never end and more than half the window claimed ahead
+        // (it is claimed again once half empty: 5 to 8 are held at rest).
+        let give_up = Instant::now() + WAIT;
+        loop {
+            let stats = q.stats().await.unwrap();
+            if stats.leased >= 7 {
+                break;
+            }
+            assert!(Instant::now() < give_up, "{STORE}: the child's window is not full: {stats:?}");
+            sleep(ms(20)).await;
+        }
+        sleep(ms(200)).await;
+        let killed_at = wall();
+        child.kill().unwrap(); // SIGKILL
+        let (_, out, _) = finish(&mut child, WAIT);
+        // (The first line follows the test harness's own "test ... ".)
+        let said = |what: &str| -> Vec<String> {
+            out.lines()
+                .filter_map(|l| l.split_once(what).map(|(_, id)| id.trim().to_owned()))
+                .collect()
+        };
+        let (done, running) = (said("finished "), said("holding "));
+        assert_eq!(running.len(), 2, "{STORE}: {out}");
+        let held = q.stats().await.unwrap();
+        assert!(held.leased >= 7, "{STORE}: leases outlive their holder: {held:?}");
+        // Everything left runs again, once, in another worker.
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let worker = Worker::builder(q.clone()).concurrency(8).spawn({
+            let runs = runs.clone();
+            move |job: Job<u64>| {
+                let runs = runs.clone();
+                async move {
+                    runs.lock().unwrap().push((job.id().to_owned(), job.deadline(), wall()));
+                    Ok::<(), String>(())
+                }
+            }
+        });
+        let left = held.due + held.leased + held.pending;
+        stats_until(&worker, "the rest ran", |s| s.completed >= left).await;
+        let stats = worker.shutdown(ms(500)).await;
+        assert_eq!(stats.completed, left, "{STORE}: {stats:?}");
+        assert_eq!(q.stats().await.unwrap(), Stats::default(), "{STORE}");
+        let runs = runs.lock().unwrap().clone();
+        let mut ran: Vec<&str> = runs.iter().map(|(id, _, _)| id.as_str()).collect();
+        ran.sort_unstable();
+        let mut once = ran.clone();
+        once.dedup();
+        assert_eq!(ran, once, "{STORE}: an entry ran twice after the kill");
+        // Nothing lost: an entry the store no longer held was acked by the
+        // child (a "done" whose ack had not landed runs again: at least once).
+        for id in &all {
+            assert!(
+                ran.contains(&id.as_str()) || done.contains(id),
+                "{STORE}: {id} neither acked by the child nor run again"
+            );
+        }
+        // What the child ran or held ahead came back only when its lease ran
+        // out, and within one lease of the kill.
+        for (id, due, started) in &runs {
+            if running.contains(id) {
+                assert!(*due + ms(5) >= killed_at, "{STORE}: {id} due again before the kill");
+            }
+            assert!(*started + ms(5) >= *due, "{STORE}: {id} started before its lease ran out");
+            assert!(
+                *due <= killed_at + lease + ms(50),
+                "{STORE}: {id} held past one lease after the kill"
+            );
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
