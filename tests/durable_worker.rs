@@ -578,8 +578,11 @@ mod ahead {
                     }
                 }
             });
-            // Let a few through so the first claim sees its backlog.
+            // Let a few through so the first claim sees its backlog; once
+            // their acks have landed (a finish may still be on its way beside
+            // the next claim until then), what is leased is what it holds.
             gate.add_permits(4);
+            stats_until(&worker, "the first 4 acked", |s| s.completed == 4).await;
             eventually("claimed ahead", || async { q.stats().await.unwrap().leased > 2 }).await;
             let leased = q.stats().await.unwrap().leased;
             assert!(leased <= 8, "{STORE}: {leased} leased by a worker of 2 places and 6 ahead");

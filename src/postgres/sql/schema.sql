@@ -2244,15 +2244,19 @@ BEGIN
         RETURN;
     END IF;
     -- One more than asked: if it comes, more are due. Locked in one
-    -- statement; when none of them is a tick or past its deliveries and
-    -- their values fit the reply, they are leased in one statement by
-    -- their row addresses (a TID scan: no index lookup). Otherwise the
-    -- walk below leases them a row at a time (it meets them locked by
-    -- this transaction already).
-    SELECT array_agg(c.t ORDER BY c.run_at, c.seq), array_agg(c.id ORDER BY c.run_at, c.seq),
-           array_agg(c.value ORDER BY c.run_at, c.seq), array_agg(c.attempt + 1 ORDER BY c.run_at, c.seq),
-           array_agg(c.run_at ORDER BY c.run_at, c.seq), array_agg(c.trace ORDER BY c.run_at, c.seq),
-           count(*), bool_or(c.tick IS NOT NULL OR (coalesce(c.max_attempts, p_limit) > 0
+    -- statement; when none is due, or none of them is a tick or past its
+    -- deliveries and their values fit the reply, they are leased in one
+    -- statement by their row addresses (a TID scan: no index lookup).
+    -- Otherwise the walk below leases them a row at a time (it meets them
+    -- locked by this transaction already).
+    SELECT array_agg(c.t ORDER BY c.run_at, c.seq),
+           array_agg(c.id ORDER BY c.run_at, c.seq),
+           array_agg(c.value ORDER BY c.run_at, c.seq),
+           array_agg(c.attempt + 1 ORDER BY c.run_at, c.seq),
+           array_agg(c.run_at ORDER BY c.run_at, c.seq),
+           array_agg(c.trace ORDER BY c.run_at, c.seq),
+           count(*),
+           bool_or(c.tick IS NOT NULL OR (coalesce(c.max_attempts, p_limit) > 0
                AND c.attempt + 1 > coalesce(c.max_attempts, p_limit))),
            sum(octet_length(c.value))
     INTO v_tids, ids, vals, attempts, deadlines, traces, v_found, v_odd, v_bytes
