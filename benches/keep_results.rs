@@ -1,0 +1,159 @@
+//! What keeping results costs the durable `Worker`'s drain: the same drain
+//! with `keep_results` unset and with `keep_results(1 h)`, side by side in
+//! one process, the two modes in turns (the first swapped each round).
+//!
+//! Each run: `KEEP_N` (20,000) entries due at once on a fresh queue, put in
+//! before the clock starts; a `Worker` with `concurrency(8)` and a handler
+//! that returns at once runs until every entry is acked. Redis: a fresh
+//! local redis-server (persistence off). PostgreSQL: a fresh schema of the
+//! local server (`PUNCTUAL_PG_URL`, default
+//! `postgres://postgres@127.0.0.1:5432/postgres`). Prints one line per run:
+//! `<store> <unset|1h> <jobs/s>`, then the medians and their ratio.
+//!
+//! `cargo bench --features redis,postgres --bench keep_results`;
+//! `KEEP_RUNS` (default 3), `KEEP_ONLY` (`redis` or `postgres`).
+
+#[allow(dead_code)] // the tests use the rest of it
+#[path = "../tests/common/redis_server.rs"]
+mod redis_server;
+
+use std::time::Duration;
+
+use punctual::durable::Worker;
+use punctual::postgres::PgQueue;
+use punctual::redis::RedisQueue;
+use redis_server::RedisServer;
+use tokio::time::Instant;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Waits until `worker` acked `n`; the time since `start`.
+async fn acked(worker: &Worker, n: u64, start: Instant) -> Duration {
+    loop {
+        let stats = worker.stats();
+        assert_eq!(stats.failed + stats.lost, 0, "{stats:?}");
+        if stats.completed >= n {
+            return start.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+fn entries(n: u64) -> Vec<(u64, Duration)> {
+    (0..n).map(|i| (i, Duration::ZERO)).collect()
+}
+
+async fn redis_drain(url: &str, name: &str, keep: Duration, n: u64) -> f64 {
+    let q: RedisQueue<u64> = RedisQueue::builder(name)
+        .url(url)
+        .keep_results(keep)
+        .build()
+        .await
+        .expect("connect");
+    q.purge().await.expect("purge");
+    for chunk in entries(n).chunks(1000) {
+        q.insert_many(chunk).await.expect("insert_many");
+    }
+    let start = Instant::now();
+    let worker = Worker::builder(q.clone())
+        .concurrency(8)
+        .spawn(|_job| async { Ok::<(), String>(()) });
+    let took = acked(&worker, n, start).await;
+    worker.shutdown(Duration::from_secs(1)).await;
+    q.purge().await.expect("purge");
+    n as f64 / took.as_secs_f64()
+}
+
+async fn pg_drain(url: &str, schema: &str, keep: Duration, n: u64) -> f64 {
+    let q: PgQueue<u64> = PgQueue::builder("drain")
+        .url(url)
+        .schema(schema)
+        .keep_results(keep)
+        .build()
+        .await
+        .expect("connect");
+    for chunk in entries(n).chunks(1000) {
+        q.insert_many(chunk).await.expect("insert_many");
+    }
+    let start = Instant::now();
+    let worker = Worker::builder(q.clone())
+        .concurrency(8)
+        .spawn(|_job| async { Ok::<(), String>(()) });
+    let took = acked(&worker, n, start).await;
+    worker.shutdown(Duration::from_secs(1)).await;
+    let pool = punctual::postgres::sqlx::PgPool::connect(url)
+        .await
+        .expect("connect");
+    punctual::postgres::sqlx::query(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .execute(&pool)
+        .await
+        .expect("drop schema");
+    n as f64 / took.as_secs_f64()
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let mid = xs.len() / 2;
+    if xs.len() % 2 == 1 {
+        xs[mid]
+    } else {
+        (xs[mid - 1] + xs[mid]) / 2.0
+    }
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let only = std::env::var("KEEP_ONLY").unwrap_or_default();
+    let server = RedisServer::start_in_memory();
+    let pg = std::env::var("PUNCTUAL_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let n = env("KEEP_N", 20_000);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        for store in ["redis", "postgres"] {
+            if !only.is_empty() && only != store {
+                continue;
+            }
+            let (mut unset, mut kept) = (Vec::new(), Vec::new());
+            for run in 0..env("KEEP_RUNS", 3) {
+                let modes = if run % 2 == 0 {
+                    [Duration::ZERO, HOUR]
+                } else {
+                    [HOUR, Duration::ZERO]
+                };
+                for keep in modes {
+                    let name = format!("keep_{}_{run}_{}", std::process::id(), keep.as_secs());
+                    let rate = if store == "redis" {
+                        redis_drain(&server.url(), &name, keep, n).await
+                    } else {
+                        pg_drain(&pg, &name, keep, n).await
+                    };
+                    let mode = if keep.is_zero() { "unset" } else { "1h" };
+                    println!("{store} {mode} {rate:.0}");
+                    if keep.is_zero() {
+                        unset.push(rate);
+                    } else {
+                        kept.push(rate);
+                    }
+                }
+            }
+            let (u, k) = (median(unset), median(kept));
+            println!(
+                "{store} median unset {u:.0}, 1h {k:.0}, 1h / unset {:.2}",
+                k / u
+            );
+        }
+    });
+}
