@@ -17,34 +17,18 @@
 #[path = "../tests/common/redis_server.rs"]
 mod redis_server;
 
+mod support;
+
 use std::time::Duration;
 
 use punctual::durable::Worker;
 use punctual::postgres::PgQueue;
 use punctual::redis::RedisQueue;
 use redis_server::RedisServer;
+use support::{acked, env_u64};
 use tokio::time::Instant;
 
 const HOUR: Duration = Duration::from_secs(3600);
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// Waits until `worker` acked `n`; the time since `start`.
-async fn acked(worker: &Worker, n: u64, start: Instant) -> Duration {
-    loop {
-        let stats = worker.stats();
-        assert_eq!(stats.failed + stats.lost, 0, "{stats:?}");
-        if stats.completed >= n {
-            return start.elapsed();
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
 
 fn entries(n: u64) -> Vec<(u64, Duration)> {
     (0..n).map(|i| (i, Duration::ZERO)).collect()
@@ -98,16 +82,6 @@ async fn pg_drain(url: &str, schema: &str, keep: Duration, n: u64) -> f64 {
     n as f64 / took.as_secs_f64()
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let mid = xs.len() / 2;
-    if xs.len() % 2 == 1 {
-        xs[mid]
-    } else {
-        (xs[mid - 1] + xs[mid]) / 2.0
-    }
-}
-
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -116,7 +90,7 @@ fn main() {
     let server = RedisServer::start_in_memory();
     let pg = std::env::var("PUNCTUAL_PG_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    let n = env("KEEP_N", 20_000);
+    let n = env_u64("KEEP_N", 20_000);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -127,7 +101,7 @@ fn main() {
                 continue;
             }
             let (mut unset, mut kept) = (Vec::new(), Vec::new());
-            for run in 0..env("KEEP_RUNS", 3) {
+            for run in 0..env_u64("KEEP_RUNS", 3) {
                 let modes = if run % 2 == 0 {
                     [Duration::ZERO, HOUR]
                 } else {
@@ -149,7 +123,7 @@ fn main() {
                     }
                 }
             }
-            let (u, k) = (median(unset), median(kept));
+            let (u, k) = (support::median(&mut unset), support::median(&mut kept));
             println!(
                 "{store} median unset {u:.0}, 1h {k:.0}, 1h / unset {:.2}",
                 k / u

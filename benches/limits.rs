@@ -27,31 +27,15 @@
 #[path = "../tests/common/redis_server.rs"]
 mod redis_server;
 
+mod support;
+
 use std::time::Duration;
 
 use punctual::durable::{InsertOptions, KeyLimit, Worker};
 use punctual::redis::RedisQueue;
 use redis_server::RedisServer;
+use support::{acked, env_u64};
 use tokio::time::Instant;
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// Waits until `worker` acked `n`; the time since `start`.
-async fn acked(worker: &Worker, n: u64, start: Instant) -> Duration {
-    loop {
-        let stats = worker.stats();
-        assert_eq!(stats.failed + stats.lost, 0, "{stats:?}");
-        if stats.completed >= n {
-            return start.elapsed();
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
 
 #[derive(Clone, Copy, PartialEq)]
 enum Variant {
@@ -97,10 +81,10 @@ async fn drain(server: &RedisServer, name: &str, variant: Variant, n: u64) -> (f
         .await
         .expect("connect");
     q.purge().await.expect("purge");
-    let keys = env("LIMITS_KEYS", 100);
+    let keys = env_u64("LIMITS_KEYS", 100);
     if variant == Variant::Limited {
         let limit = KeyLimit {
-            concurrency: Some(u32::try_from(env("LIMITS_CONCURRENCY", 2)).unwrap()),
+            concurrency: Some(u32::try_from(env_u64("LIMITS_CONCURRENCY", 2)).unwrap()),
             rate: None,
         };
         for k in 0..keys {
@@ -180,10 +164,10 @@ fn main() {
             other => panic!("no variant {other}"),
         })
         .collect();
-    let n = env("LIMITS_N", 50_000);
+    let n = env_u64("LIMITS_N", 50_000);
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
     runtime.block_on(async {
-        for run in 0..env("LIMITS_RUNS", 5) {
+        for run in 0..env_u64("LIMITS_RUNS", 5) {
             for (i, &variant) in variants.iter().enumerate() {
                 let (rate, per_job) = drain(&server, &format!("limits-{run}"), variant, n).await;
                 println!("{} {rate:.0}{per_job}", variant.name());

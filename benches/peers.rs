@@ -230,14 +230,7 @@ impl Contender {
 }
 
 fn graphile_batch_delay() -> u64 {
-    env_u64("PEERS_GRAPHILE_BATCH_DELAY_MS", 0)
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
+    support::env_u64("PEERS_GRAPHILE_BATCH_DELAY_MS", 0)
 }
 
 fn prefetches() -> Vec<usize> {
@@ -704,7 +697,7 @@ fn main() {
         return; // `cargo bench --list`
     }
     let started = Instant::now();
-    let runs = env_u64("PEERS_RUNS", 3).max(1) as usize;
+    let runs = support::env_u64("PEERS_RUNS", 3).max(1) as usize;
     let only = Only::from_env();
     let plan: Vec<(Workload, Vec<Contender>)> =
         [Workload::PgDrain, Workload::PgLate, Workload::RedisDrain]
@@ -723,7 +716,7 @@ fn main() {
     let env = Env {
         pg_url: db.as_ref().map(on_pg::Database::url),
         redis_url: redis.as_ref().map(RedisServer::url),
-        jobs: env_u64("PEERS_JOBS", 20_000),
+        jobs: support::env_u64("PEERS_JOBS", 20_000),
     };
 
     println!("# punctual against its peers\n");

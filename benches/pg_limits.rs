@@ -25,35 +25,19 @@
 //! `cargo bench --features postgres --bench pg_limits`; `LIMITS_RUNS`
 //! (default 5).
 
+mod support;
+
 use std::time::Duration;
 
 use punctual::durable::{InsertOptions, KeyLimit, Worker};
 use punctual::postgres::PgQueue;
+use support::{acked, env_u64};
 use tokio::time::Instant;
 
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// Waits until `worker` acked `n`; the time since `start`.
-async fn acked(worker: &Worker, n: u64, start: Instant) -> Duration {
-    loop {
-        let stats = worker.stats();
-        assert_eq!(stats.failed + stats.lost, 0, "{stats:?}");
-        if stats.completed >= n {
-            return start.elapsed();
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
-
 async fn drain(url: &str, mode: &str, run: u64) -> f64 {
-    let n = env("LIMITS_N", 20_000);
-    let keys = env("LIMITS_KEYS", 100).max(1);
-    let most = u32::try_from(env("LIMITS_CONCURRENCY", 2)).unwrap_or(u32::MAX);
+    let n = env_u64("LIMITS_N", 20_000);
+    let keys = env_u64("LIMITS_KEYS", 100).max(1);
+    let most = u32::try_from(env_u64("LIMITS_CONCURRENCY", 2)).unwrap_or(u32::MAX);
     let schema = format!("limits_{}_{mode}_{run}", std::process::id());
     let q: PgQueue<u64> = PgQueue::builder("drain")
         .url(url)
@@ -119,7 +103,7 @@ fn main() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        for run in 0..env("LIMITS_RUNS", 5) {
+        for run in 0..env_u64("LIMITS_RUNS", 5) {
             for mode in modes.split(',').map(str::trim).filter(|m| !m.is_empty()) {
                 println!("{mode} {:.0}", drain(&pg, mode, run).await);
             }

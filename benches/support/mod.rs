@@ -1,5 +1,7 @@
 //! Helpers shared by the bench binaries: a seeded RNG, memory readings, the
-//! medians Criterion stored, and the side-by-side table.
+//! medians Criterion stored, the side-by-side table, numbers from the
+//! environment, and the wait for a worker's drain. (`drain.rs` keeps its
+//! own copies: it is built at older commits too.)
 
 #![allow(dead_code)]
 
@@ -115,6 +117,31 @@ pub fn criterion_median_ns(group: &str, id: &str) -> Option<f64> {
     let point = &median[median.find("\"point_estimate\":")? + "\"point_estimate\":".len()..];
     let end = point.find([',', '}'])?;
     point[..end].trim().parse().ok()
+}
+
+/// The number in environment variable `name`, else `default`.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// Waits until `worker` acked `n` (no failure, no lost lease on the way);
+/// the time since `start`.
+pub async fn acked(
+    worker: &punctual::durable::Worker,
+    n: u64,
+    start: tokio::time::Instant,
+) -> std::time::Duration {
+    loop {
+        let stats = worker.stats();
+        assert_eq!(stats.failed + stats.lost, 0, "{stats:?}");
+        if stats.completed >= n {
+            return start.elapsed();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
 }
 
 pub fn median(values: &mut [f64]) -> f64 {
