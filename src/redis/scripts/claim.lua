@@ -187,32 +187,54 @@ if not any_options then
   end
   local got = redis.call('HMGET', ENTRIES, unpack(fields))
   local items, leases, records, members, burying = {}, {}, {}, {}, {}
+  -- Formatted once: the claim's time, in each record it writes.
+  local since_arg = int(now)
   for i = 1, n do
     local member, score = due[2 * i - 1], tonumber(due[2 * i])
     local id = ids[i]
-    local e = parse(got[field_of(i, 1)]) or {attempt = 0, token = ''}
-    e.member = member
-    local rec = e.tick and redis.call('HGET', SCHEDULES, id)
-    local most = e.max or limit
-    e.attempt = e.attempt + 1
-    e.deadline = e.tick or score
-    if most > 0 and e.attempt > most and not (rec and string.sub(rec, 1, 2) == 'c,') then
-      e.attempt = most
-      burying[#burying + 1] = {id, e, rec, most}
-    else
-      local why = nil
-      if most > 0 and e.attempt > most then
-        why = 'not acked after ' .. most .. ' deliveries'
-      end
-      e.token, e.since = token, now
+    local base = W * (i - 1)
+    local raw = got[base + 1]
+    -- A plain record (see PLAIN_RECORD) within its attempts, or none: its
+    -- new record is written without a parse. Its deadline is its score,
+    -- as Redis wrote it.
+    local attempt = 0
+    if raw then attempt = tonumber((string.match(raw, PLAIN_RECORD))) end
+    if attempt and (limit <= 0 or attempt < limit) then
+      attempt = attempt + 1
       leases[#leases + 1] = lease_arg
       leases[#leases + 1] = id
-      records[#records + 1] = fields[field_of(i, 1)]
-      records[#records + 1] = record(e)
+      records[#records + 1] = fields[base + 1]
+      records[#records + 1] = int(attempt) .. ',' .. token .. ',' .. since_arg .. ','
+        .. due[2 * i] .. ',,' .. member
       members[#members + 1] = lease_arg
       members[#members + 1] = member
-      items[#items + 1] = item(id, got[field_of(i, 2)], e, lease_until, rec, why,
-        trace_of(got, i))
+      items[#items + 1] = {id, got[base + 2] or false, attempt, score, lease_until, '', '', '', 0,
+        W == 3 and got[base + 3] or ''}
+    else
+      local e = parse(raw) or {attempt = 0, token = ''}
+      e.member = member
+      local rec = e.tick and redis.call('HGET', SCHEDULES, id)
+      local most = e.max or limit
+      e.attempt = e.attempt + 1
+      e.deadline = e.tick or score
+      if most > 0 and e.attempt > most and not (rec and string.sub(rec, 1, 2) == 'c,') then
+        e.attempt = most
+        burying[#burying + 1] = {id, e, rec, most}
+      else
+        local why = nil
+        if most > 0 and e.attempt > most then
+          why = 'not acked after ' .. most .. ' deliveries'
+        end
+        e.token, e.since = token, now
+        leases[#leases + 1] = lease_arg
+        leases[#leases + 1] = id
+        records[#records + 1] = fields[field_of(i, 1)]
+        records[#records + 1] = record(e)
+        members[#members + 1] = lease_arg
+        members[#members + 1] = member
+        items[#items + 1] = item(id, got[field_of(i, 2)], e, lease_until, rec, why,
+          trace_of(got, i))
+      end
     end
   end
   if #burying > 0 then
@@ -223,8 +245,6 @@ if not any_options then
   if #leases > 0 then
     -- The first write: it fails alone if LEASES holds another type.
     redis.call('ZADD', LEASES, unpack(leases))
-    -- The history's counts of the finishes above, in the same write.
-    for _, x in ipairs(history_writes(now)) do records[#records + 1] = x end
     redis.call('HSET', ENTRIES, unpack(records))
     redis.call('ZADD', SCHEDULE, unpack(members))
   end
@@ -518,7 +538,6 @@ end
 if #leases > 0 then
   -- The first write: it fails alone if LEASES holds another type.
   call_sliced('ZADD', LEASES, leases)
-  for _, x in ipairs(history_writes(now)) do records[#records + 1] = x end
   call_sliced('HSET', ENTRIES, records)
   call_sliced('ZADD', SCHEDULE, plain_members)
   call_sliced('ZADD', SPECIAL, members)

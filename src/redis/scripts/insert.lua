@@ -56,11 +56,7 @@ for i = 0, n - 1 do
   end
   probe[i + 1] = 'm:' .. id
 end
--- With this minute's counts of the history.
-local probe_n = #probe
-for _, field in ipairs(history_fields(now)) do probe[#probe + 1] = field end
 local found = hmget_sliced(ENTRIES, probe)
-take_history(found, probe_n + 1)
 local exists = {}
 for i = 1, n do
   if found[i] then exists[string.sub(probe[i], 3)] = found[i] end

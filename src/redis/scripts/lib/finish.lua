@@ -119,24 +119,35 @@ local function finish_all(at, n, now, limit, channel)
     fields[i + 1] = 'm:' .. ARGV[at + 7 * i + 1]
   end
   -- Reads ENTRIES (a key of another type fails here, before any write).
-  -- And whether trace contexts were ever kept (then acks delete theirs),
-  -- and this minute's counts of the history.
+  -- And whether trace contexts were ever kept (then acks delete theirs).
   fields[n + 1] = TRACES
-  for _, field in ipairs(history_fields(now)) do fields[#fields + 1] = field end
   local records = hmget_sliced(ENTRIES, fields)
   local traces = records[n + 1]
-  take_history(records, n + 2)
   -- Acks together write SCHEDULE, LEASES, ENTRIES (read above) and, for
   -- entries with options, the keys of options; the other ops may write
   -- every key.
+  -- The acks of plain records (no tick, no options: see PLAIN_RECORD) are
+  -- read by one match, without a parse: their attempt, token and member.
   local others, with_options = false, false
+  local p_attempt, p_token, p_member = {}, {}, {}
   for i = 0, n - 1 do
-    records[i + 1] = parse(records[i + 1])
-    local record = records[i + 1]
-    if ARGV[at + 7 * i] ~= 'a' or (record and (record.tick or record.unique)) then
-      others = true
-    elseif record and special(record) then
-      with_options = true
+    local raw = records[i + 1]
+    local plain = false
+    if raw and ARGV[at + 7 * i] == 'a' then
+      local attempt, token, member = string.match(raw, PLAIN_RECORD)
+      if attempt then
+        p_attempt[i + 1], p_token[i + 1], p_member[i + 1] = attempt, token, member
+        plain = true
+      end
+    end
+    if not plain then
+      local record = parse(raw)
+      records[i + 1] = record
+      if ARGV[at + 7 * i] ~= 'a' or (record and (record.tick or record.unique)) then
+        others = true
+      elseif record and special(record) then
+        with_options = true
+      end
     end
   end
   local e = ensure(SCHEDULE, 'zset') or (KEEP > 0 and ensure(KEPT, 'zset'))
@@ -154,7 +165,25 @@ local function finish_all(at, n, now, limit, channel)
     local o = at + 7 * i
     local kind, id, token = ARGV[o], ARGV[o + 1], ARGV[o + 2]
     local record = records[i + 1]
-    if kind == 'a' and record and not record.tick and not record.unique then
+    if p_attempt[i + 1] then
+      if token ~= '' and p_token[i + 1] == token then
+        if not seen[id] then
+          seen[id] = true
+          members[#members + 1] = p_member[i + 1]
+          ids[#ids + 1] = id
+          gone[#gone + 1] = fields[i + 1]
+          gone[#gone + 1] = 'v:' .. id
+          gone[#gone + 1] = 'r:' .. id
+          -- Failed attempts are kept only by an entry delivered before.
+          if p_attempt[i + 1] ~= '1' then gone[#gone + 1] = 'e:' .. id end
+          if traces then gone[#gone + 1] = 't:' .. id end
+          if KEEP > 0 then kept[#kept + 1] = {id, tonumber(p_attempt[i + 1]), ARGV[o + 6]} end
+        end
+        results[i + 1] = 1
+      else
+        results[i + 1] = 0
+      end
+    elseif kind == 'a' and record and not record.tick and not record.unique then
       if token ~= '' and record.token == token then
         if seen[id] then
           -- The same ack twice in one batch: applied once.

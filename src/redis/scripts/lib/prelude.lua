@@ -117,6 +117,11 @@ local function parse(record)
   return e
 end
 
+-- A record without a tick or options, matched in one step: its attempt,
+-- token and member (a member starts with a hex digit, options with 'o').
+-- The hot paths (a claim's plain entries, acks) read those so.
+local PLAIN_RECORD = '^(%d+),([^,]*),%d*,%d*,,([0-9a-f].*)$'
+
 local function opt(n)
   if n then return string.format('%d', n) end
   return ''
@@ -217,67 +222,49 @@ end
 
 -- The history: per minute of the server's clock, ENTRIES 'h:<kind><minute>'
 -- -> count ('i' inserted, 'd' done, 'f' failed attempts, 'x' dead; minute:
--- ms since the epoch / 60000), and 'h:last' -> the latest minute counted.
--- In ENTRIES, so the scripts that finish read this minute's counts in the
--- read of the records they make anyway; minutes older than a day are
--- deleted by the first count of a minute.
+-- ms since the epoch / 60000), and 'h:last' -> the latest minute counted;
+-- minutes older than a day are deleted by the first count of a minute.
+-- A script counts its events in EVENTS and adds them at its end with
+-- `count_history`: one HINCRBY per kind it counted, no read (a read and a
+-- write of this minute's counts cost more server time per script).
 local EVENTS = {i = 0, d = 0, f = 0, x = 0}
 local HISTORY_KINDS = {'i', 'd', 'f', 'x'}
--- This minute's counts and 'h:last' as read (nil: not read yet).
-local HISTORY_HAD = nil
 
--- The fields of ENTRIES that `take_history` reads, for the minute of `now`.
-local function history_fields(now)
-  local minute = int(math.floor(now / 60000))
-  return {'h:i' .. minute, 'h:d' .. minute, 'h:f' .. minute, 'h:x' .. minute, 'h:last'}
+-- Deletes the minutes older than a day that are left, at the first count
+-- of `minute`: what the first count of the latest minute counted before
+-- left (up to that minute - 1441) goes, up to a day before `minute`.
+local function new_minute(minute)
+  local last = tonumber(redis.call('HGET', ENTRIES, 'h:last'))
+  if last == minute then return end
+  redis.call('HSET', ENTRIES, 'h:last', int(minute))
+  if not last or last > minute then return end
+  local old = {}
+  for m = last - 1440, math.min(last, minute - 1441) do
+    for _, kind in ipairs(HISTORY_KINDS) do old[#old + 1] = 'h:' .. kind .. int(m) end
+  end
+  if #old > 0 then call_sliced('HDEL', ENTRIES, old) end
 end
 
--- Keeps what a read of `history_fields` found (`got`, from index `at`).
-local function take_history(got, at)
-  HISTORY_HAD = {i = got[at], d = got[at + 1], f = got[at + 2], x = got[at + 3],
-    last = got[at + 4]}
-end
-
--- The fields and values that add this run's events to their minute (their
--- write is the caller's: a write of ENTRIES it makes anyway), the events
--- then counted; deletes the minutes older than a day at the first count
--- of a minute.
-local function history_writes(now)
-  if EVENTS.i + EVENTS.d + EVENTS.f + EVENTS.x == 0 then return {} end
-  if not HISTORY_HAD then take_history(redis.call('HMGET', ENTRIES, unpack(history_fields(now))), 1) end
-  local minute = math.floor(now / 60000)
-  local fields = {}
+-- Adds this run's events to their minute (ENTRIES is known to be a hash: a
+-- count that is not an integer, a foreign write's, starts again).
+local function count_history(now)
+  local minute, first = nil, false
   for _, kind in ipairs(HISTORY_KINDS) do
     local n = EVENTS[kind]
     if n > 0 then
-      HISTORY_HAD[kind] = int((tonumber(HISTORY_HAD[kind]) or 0) + n)
-      fields[#fields + 1] = 'h:' .. kind .. int(minute)
-      fields[#fields + 1] = HISTORY_HAD[kind]
+      minute = minute or math.floor(now / 60000)
+      local field = 'h:' .. kind .. int(minute)
+      local total = redis.pcall('HINCRBY', ENTRIES, field, n)
+      if type(total) ~= 'number' then
+        redis.call('HSET', ENTRIES, field, int(n))
+        total = n
+      end
+      -- The first count of this kind in this minute.
+      if total == n then first = true end
       EVENTS[kind] = 0
     end
   end
-  local last = tonumber(HISTORY_HAD.last)
-  if last ~= minute then
-    fields[#fields + 1] = 'h:last'
-    fields[#fields + 1] = int(minute)
-    HISTORY_HAD.last = int(minute)
-    if last and last < minute then
-      -- The first count of this minute: what the first count of `last`
-      -- left (up to last - 1441) goes, up to a day ago.
-      local old = {}
-      for m = last - 1440, math.min(last, minute - 1441) do
-        for _, kind in ipairs(HISTORY_KINDS) do old[#old + 1] = 'h:' .. kind .. int(m) end
-      end
-      if #old > 0 then call_sliced('HDEL', ENTRIES, old) end
-    end
-  end
-  return fields
-end
-
--- Adds this run's events to their minute, in one write.
-local function count_history(now)
-  local fields = history_writes(now)
-  if #fields > 0 then redis.call('HSET', ENTRIES, unpack(fields)) end
+  if first then new_minute(minute) end
 end
 
 -- Adds a failed attempt (attempt, at, reason) to the last ten of entry
