@@ -158,6 +158,34 @@ common::stores::on_every_store! {
         assert!(!q.schedules().await.unwrap()[0].paused);
     }
 
+    /// A paused schedule's tick stays pending: counted so by `stats()`,
+    /// listed among the pending entries at its own instant (also once that
+    /// instant has passed), never due; resumed, it is due again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_paused_schedules_tick_is_pending_at_its_instant() {
+        let store = Store::start();
+        let q: Q<u32> = store.open("paused-tick").await;
+        assert!(q.schedule_every("tick", ms(300), MissedTicks::Skip, &7).await.unwrap());
+        let due_before = q.entry("tick").await.unwrap().expect("the tick").due;
+        assert!(q.pause_schedule("tick").await.unwrap());
+        let counts = |s: punctual::durable::QueueStats| (s.pending, s.due, s.leased);
+        assert_eq!(counts(q.stats().await.unwrap()), (1, 0, 0), "{STORE}: paused before its instant");
+        let listed = q.entries(EntryState::Pending, None, 10).await.unwrap().entries;
+        let listed: Vec<(&str, std::time::SystemTime)> = listed.iter().map(|e| (e.id.as_str(), e.due)).collect();
+        assert_eq!(listed, [("tick", due_before)], "{STORE}");
+        let info = q.entry("tick").await.unwrap().expect("the tick");
+        assert_eq!((info.state, info.due), (EntryState::Pending, due_before), "{STORE}");
+        // Its instant passes while it is paused: still pending, not due.
+        tokio::time::sleep(ms(600)).await;
+        assert_eq!(counts(q.stats().await.unwrap()), (1, 0, 0), "{STORE}: paused past its instant");
+        assert!(q.entries(EntryState::Due, None, 10).await.unwrap().entries.is_empty(), "{STORE}");
+        assert_eq!(q.latency().await.unwrap(), None, "{STORE}: a paused tick is not waiting to run");
+        let listed = q.entries(EntryState::Pending, None, 10).await.unwrap().entries;
+        assert_eq!(listed.iter().map(|e| (e.id.as_str(), e.due)).collect::<Vec<_>>(), [("tick", due_before)], "{STORE}");
+        assert!(q.resume_schedule("tick").await.unwrap());
+        assert_eq!(counts(q.stats().await.unwrap()), (0, 1, 0), "{STORE}: resumed, its tick is due");
+    }
+
     /// An entry keeps its last failed attempts (attempt, when, why); a
     /// dead tick names its schedule; dead letters read newest first, page
     /// by page, with cursors of their own.

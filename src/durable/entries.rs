@@ -287,6 +287,12 @@ impl At {
     }
 }
 
+/// The score of a paused schedule's pending tick (*parked*): after every
+/// real due time (those are at most 2^52 ms on from now), exact in a Redis
+/// score. PostgreSQL parks at a later score still; any score from this one
+/// on is a parked tick's.
+pub(crate) const PARKED: u64 = 9_000_000_000_000_000;
+
 /// One entry as a store reads it, before its value is decoded.
 #[derive(Debug)]
 pub(crate) struct Row {
@@ -295,7 +301,8 @@ pub(crate) struct Row {
     /// Its place in its state's order: its due time (pending, due), lease
     /// end (leased) or time of death (dead), in ms.
     pub(crate) score: u64,
-    /// When its last delivery was due, if it had one.
+    /// When its last delivery was due, if it had one; a parked tick's
+    /// (pending, score `PARKED` or later): its instant.
     pub(crate) deadline: Option<u64>,
     pub(crate) attempt: u32,
     pub(crate) tick: bool,
@@ -314,6 +321,8 @@ impl Row {
         EntryInfo {
             state: self.state,
             due: at(match self.state {
+                // A parked tick is due at its instant once resumed.
+                EntryState::Pending if self.score >= PARKED => last,
                 EntryState::Pending | EntryState::Due => self.score,
                 EntryState::Leased | EntryState::Dead => last,
             }),

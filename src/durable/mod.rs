@@ -166,7 +166,7 @@ mod worker;
 pub(crate) use api::durable_by_inherent_methods;
 pub use api::{DeadLetter, Durable, QueueStats};
 pub use backoff::Backoff;
-pub(crate) use entries::{At, MAX_PAGE, Row};
+pub(crate) use entries::{At, MAX_PAGE, PARKED, Row};
 pub use entries::{Cursor, EntryInfo, EntryState, InvalidCursor, Page};
 pub use health::{AttemptError, Minute, RunInfo, WorkerInfo};
 pub use job::Job;

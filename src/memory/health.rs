@@ -101,9 +101,9 @@ impl State {
         schedule.paused = pause;
         if self.entries.get(name).is_some_and(|e| e.tick.is_some()) {
             if pause {
-                self.unready_tick(name);
+                self.park_tick(name);
             } else {
-                moved.merge(self.ready_tick(name));
+                moved.merge(self.unpark_tick(name));
             }
         }
         Some(true)

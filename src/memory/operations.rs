@@ -4,7 +4,7 @@
 
 use super::clock::system_time;
 use super::state::{Entry, Moved, State};
-use crate::durable::{AttemptError, EntryInfo, EntryState, Row};
+use crate::durable::{AttemptError, EntryInfo, EntryState, PARKED, Row};
 
 /// One entry as a listing sees it, and its place in its state's order.
 #[derive(Debug)]
@@ -74,7 +74,11 @@ impl State {
                 id: id.to_owned(),
                 state: State::state_of(e, now),
                 score: e.key.0,
-                deadline: e.deadline,
+                deadline: if e.key.0 >= PARKED {
+                    e.tick
+                } else {
+                    e.deadline
+                },
                 attempt: e.attempt,
                 tick: e.tick.is_some(),
                 reason: e.reason.clone(),

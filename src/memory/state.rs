@@ -26,8 +26,8 @@ use std::sync::Arc;
 
 use super::kept::{Kept, Results};
 use super::ready::{Keys, Ready};
-use crate::durable::Finished;
 use crate::durable::options::Plan;
+use crate::durable::{Finished, PARKED};
 
 /// How the rules refer to a schedule: `e,<period ms>,<policy>` or
 /// `c,<cron expression>`, as every store keeps it.
@@ -293,14 +293,34 @@ impl State {
         }
     }
 
-    /// A paused schedule's tick leaves the claim index.
-    pub(super) fn unready_tick(&mut self, name: &str) {
+    /// A paused schedule's tick: a pending one is *parked* (out of the
+    /// claim index, at `PARKED`, its instant kept in `tick`), so it counts
+    /// and lists as pending; one that runs now (leased, or made due by
+    /// `run_now`) runs, retries included.
+    pub(super) fn park_tick(&mut self, name: &str) {
+        let e = self.entries.get_mut(name).expect("a live entry");
+        if e.dead || e.forced {
+            return;
+        }
+        if e.token.is_some() {
+            e.forced = true;
+            return;
+        }
+        let seq = e.key.1;
         self.unready(name);
+        self.set_place(name, (PARKED, seq));
     }
 
-    /// A resumed schedule's tick may be claimed again (announced: it may be
-    /// due).
-    pub(super) fn ready_tick(&mut self, name: &str) -> Moved {
+    /// A resumed schedule's parked tick goes back to its instant and may be
+    /// claimed again (announced: it may be due).
+    pub(super) fn unpark_tick(&mut self, name: &str) -> Moved {
+        let now = self.now;
+        let e = self.entries.get_mut(name).expect("a live entry");
+        e.forced = false;
+        if e.key.0 >= PARKED {
+            let place = (e.tick.unwrap_or(now), e.key.1);
+            self.set_place(name, place);
+        }
         self.make_ready(name);
         Moved { announce: true }
     }
@@ -522,12 +542,15 @@ impl State {
     /// Moves a pending entry (not leased, not dead) to `at`, as if inserted
     /// then (a tick moves its instant with it).
     pub(crate) fn reset(&mut self, id: &str, at: u64) -> Option<Moved> {
+        let paused = self.schedules.get(id).is_some_and(|s| s.paused);
         let e = self.entries.get_mut(id)?;
         if e.token.is_some() || e.dead {
             return None;
         }
         if e.tick.is_some() {
             e.tick = Some(at);
+            // A paused schedule's tick made due runs anyway.
+            e.forced |= paused;
         }
         Some(self.place(id, at))
     }
@@ -535,7 +558,14 @@ impl State {
     /// When entry `id` is due (its lease end while leased); `None` if it is
     /// absent or dead.
     pub(crate) fn deadline(&self, id: &str) -> Option<u64> {
-        self.entries.get(id).filter(|e| !e.dead).map(|e| e.key.0)
+        // A parked tick is due at its instant once resumed.
+        self.entries.get(id).filter(|e| !e.dead).map(|e| {
+            if e.key.0 >= PARKED {
+                e.tick.unwrap_or(e.key.0)
+            } else {
+                e.key.0
+            }
+        })
     }
 
     /// Leases that ran out by `now` give their places back; their entries
@@ -893,10 +923,13 @@ impl State {
         let now = self.now;
         self.count(now, |m| m.inserted += 1);
         let seq = self.next_seq();
-        let mut e = Entry::new(None, (at, seq));
+        // A paused schedule's tick is parked (see `park_tick`).
+        let paused = self.schedules.get(name).is_some_and(|s| s.paused);
+        let place = (if paused { PARKED } else { at }, seq);
+        let mut e = Entry::new(None, place);
         e.tick = Some(at);
         self.entries.insert(name.to_owned(), e);
-        self.order.insert((at, seq), name.to_owned());
+        self.order.insert(place, name.to_owned());
         self.make_ready(name);
         moved
     }

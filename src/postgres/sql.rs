@@ -100,7 +100,8 @@ impl Statements {
             page: format!("SELECT * FROM {s}.page($1, $2, $3, $4, $5)"),
             entry: format!(
                 "SELECT {s}.now_ms() AS now, run_at, died_at, token IS NOT NULL AS leased, attempt, \
-                 deadline, tick IS NOT NULL AS tick, reason, value, key, priority, schedule, \
+                 CASE WHEN run_at >= {s}.parked() THEN tick ELSE deadline END AS deadline, \
+                 tick IS NOT NULL AS tick, reason, value, key, priority, schedule, \
                  errors::text AS errors, since, token \
                  FROM {s}.entries WHERE queue = $1 AND id = $2"
             ),

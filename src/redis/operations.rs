@@ -12,7 +12,7 @@ use super::error::{Error, check_id};
 use super::inner::{millis, parse};
 use super::queue::RedisQueue;
 use super::scripts::SCRIPTS;
-use crate::durable::{At, Cursor, EntryInfo, EntryState, MAX_PAGE, Page, Row};
+use crate::durable::{At, Cursor, EntryInfo, EntryState, MAX_PAGE, PARKED, Page, Row};
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> RedisQueue<T> {
     /// One page of the entries in `state`, in delivery order (`Pending`,
@@ -348,15 +348,16 @@ fn row(
     let _token = fields.next();
     let _since = fields.next();
     let deadline = fields.next().and_then(|d| d.parse().ok());
-    let tick = fields.next().is_some_and(|t| !t.is_empty());
+    let instant: Option<u64> = fields.next().and_then(|t| t.parse().ok());
     let (priority, key) = fields.next().map_or((0, None), options);
     Row {
         id,
         state,
         score,
-        deadline,
+        // A parked tick (see `pause_schedule.lua`) shows its instant.
+        deadline: if score >= PARKED { instant } else { deadline },
         attempt,
-        tick,
+        tick: instant.is_some(),
         reason,
         value,
         key,

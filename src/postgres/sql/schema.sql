@@ -2869,7 +2869,9 @@ BEGIN
                ORDER BY e.run_at, e.seq LIMIT p_limit)) AS x
         ORDER BY x.run_at, x.seq LIMIT p_limit;
     ELSIF p_state = 'p' THEN
-        RETURN QUERY SELECT v_now, x.id, x.run_at, x.seq, x.attempt, x.deadline,
+        -- A parked tick's deadline: its instant (see parked()).
+        RETURN QUERY SELECT v_now, x.id, x.run_at, x.seq, x.attempt,
+            CASE WHEN x.run_at >= __SCHEMA__.parked() THEN x.tick ELSE x.deadline END,
             x.tick IS NOT NULL, x.reason, x.value, x.key, x.priority,
             x.schedule, x.errors::text, x.since, x.token
         FROM ((SELECT e.* FROM __SCHEMA__.entries e
@@ -2933,7 +2935,9 @@ BEGIN
                ORDER BY e.run_at DESC, e.seq DESC LIMIT p_limit)) AS x
         ORDER BY x.run_at DESC, x.seq DESC LIMIT p_limit;
     ELSIF p_state = 'p' THEN
-        RETURN QUERY SELECT v_now, x.id, x.run_at, x.seq, x.attempt, x.deadline,
+        -- A parked tick's deadline: its instant (see parked()).
+        RETURN QUERY SELECT v_now, x.id, x.run_at, x.seq, x.attempt,
+            CASE WHEN x.run_at >= __SCHEMA__.parked() THEN x.tick ELSE x.deadline END,
             x.tick IS NOT NULL, x.reason, x.value, x.key, x.priority,
             x.schedule, x.errors::text, x.since, x.token
         FROM ((SELECT e.* FROM __SCHEMA__.entries e

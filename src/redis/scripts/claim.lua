@@ -94,6 +94,8 @@ local function reply(items, head_score)
   if not head_score then
     head_score = tonumber(redis.call('ZRANGE', SCHEDULE, 0, 0, 'WITHSCORES')[2]) or -1
   end
+  -- A parked tick is no head: it waits for its schedule's resume.
+  if head_score >= PARKED then head_score = -1 end
   count_history(now)
   announce_finished(channel, now)
   return {now, head_score, results, items}

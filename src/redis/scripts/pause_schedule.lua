@@ -1,10 +1,11 @@
 -- PAUSE_SCHEDULE: pauses ('1') or resumes ('0') schedule `name`. While
--- paused (ENTRIES 'p:' .. name set), its pending tick is parked: out of
--- SCHEDULE, its due time kept as the field's value ('' when the tick was
--- leased, or made due by `run_now`: it runs, and its successor is
--- parked). Resumed, a parked tick goes back at its due time: a tick that
--- came due meanwhile runs once, late, and its ack follows the schedule's
--- missed-ticks rule.
+-- paused (ENTRIES 'p:' .. name set), its pending tick is parked: in
+-- SCHEDULE at PARKED (after every real due time, so no claim reaches it and
+-- it counts and lists as pending), its due time kept as the field's value
+-- ('' when the tick was leased, or made due by `run_now`: it runs, and its
+-- successor is parked). Resumed, a parked tick goes back at its due time:
+-- a tick that came due meanwhile runs once, late, and its ack follows the
+-- schedule's missed-ticks rule.
 -- KEYS: the queue's keys. ARGV: name, '1' or '0', channel, request
 -- identity ('' on a single server; see lib/requests.lua).
 -- Returns 1 if it changed, 0 if it was so already, -1 if there is no such
@@ -25,7 +26,7 @@ if pause then
     local score = redis.call('ZSCORE', SCHEDULE, e.member)
     if score then
       at = score
-      redis.call('ZREM', SCHEDULE, e.member)
+      redis.call('ZADD', SCHEDULE, PARKED, e.member)
     end
   end
   redis.call('HSET', ENTRIES, 'p:' .. name, at)

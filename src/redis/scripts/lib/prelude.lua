@@ -36,6 +36,11 @@ local INSTANCE = 'instance'
 -- from the read of PAUSED, and reads SCHEDULE alone.
 local OPTIONS = 'options'
 
+-- The score of a paused schedule's pending tick (see pause_schedule.lua):
+-- after every real due time (durations are at most 2^52 ms), exact in a
+-- score, and printed by Redis without an exponent.
+local PARKED = 9000000000000000
+
 -- The field of ENTRIES set once an insert kept a trace context (`t:<id>`):
 -- claims read those only from then on.
 local TRACES = 'traces'

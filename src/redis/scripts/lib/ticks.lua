@@ -41,9 +41,9 @@ end
 
 -- Inserts the tick of schedule `name` due at `at`, a fresh entry (attempt
 -- 0) that keeps the value stored under the name.
--- A paused schedule's tick is parked instead: out of SCHEDULE, its due
--- time in ENTRIES 'p:' .. name (see pause_schedule.lua). Counted as
--- inserted in the history.
+-- A paused schedule's tick is parked instead: at PARKED, its due time in
+-- ENTRIES 'p:' .. name (see pause_schedule.lua). Counted as inserted in
+-- the history.
 local function successor(name, at, channel, now)
   EVENTS.i = EVENTS.i + 1
   local old_head, busy = head()
@@ -52,6 +52,7 @@ local function successor(name, at, channel, now)
     record({attempt = 0, token = '', tick = at, member = member}))
   if redis.call('HEXISTS', ENTRIES, 'p:' .. name) == 1 then
     redis.call('HSET', ENTRIES, 'p:' .. name, int(at))
+    redis.call('ZADD', SCHEDULE, PARKED, member)
     return
   end
   redis.call('ZADD', SCHEDULE, at, member)
