@@ -391,10 +391,15 @@ macro_rules! jobs_front {
             }
 
             /// Pauses schedule `name`: its tick stays pending and is not
-            /// delivered (a tick running now runs to its end) until
+            /// delivered (a tick running now runs to its end, retries and
+            /// a redelivery after its lease included) until
             /// [`resume_schedule`](Self::resume_schedule); `run_now` runs
-            /// one tick of it meanwhile. `true` if it changed; `false` if it
-            /// was paused already or there is no such schedule.
+            /// one tick of it meanwhile. While paused, the tick counts as
+            /// pending in `stats()`, is listed among the pending entries
+            /// (after the others) at its instant, also once that instant
+            /// has passed, and is left out of `latency()`. `true` if it
+            /// changed; `false` if it was paused already or there is no
+            /// such schedule.
             ///
             /// # Errors
             ///
