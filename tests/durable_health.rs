@@ -175,6 +175,9 @@ common::stores::on_every_store! {
         assert_eq!(listed, [("tick", due_before)], "{STORE}");
         let info = q.entry("tick").await.unwrap().expect("the tick");
         assert_eq!((info.state, info.due), (EntryState::Pending, due_before), "{STORE}");
+        assert_eq!(q.deadline("tick").await.unwrap(), Some(due_before), "{STORE}");
+        let schedule = q.schedules().await.unwrap().remove(0);
+        assert_eq!((schedule.paused, schedule.next), (true, Some(due_before)), "{STORE}");
         // Its instant passes while it is paused: still pending, not due.
         tokio::time::sleep(ms(600)).await;
         assert_eq!(counts(q.stats().await.unwrap()), (1, 0, 0), "{STORE}: paused past its instant");

@@ -1,7 +1,7 @@
 //! Numbers and times as people read them, for the pages and the command
 //! line.
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// `1234567` as `1,234,567`.
 pub(crate) fn count(n: u64) -> String {
@@ -73,9 +73,21 @@ pub(crate) fn relative(at: SystemTime, now: SystemTime) -> String {
 
 /// `at` as `2025-06-01 12:00:03 UTC`.
 pub(crate) fn absolute(at: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(at)
-        .format("%Y-%m-%d %H:%M:%S UTC")
-        .to_string()
+    utc(at).format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// `at` in UTC, kept to the years 0000 to 9999 (what RFC 3339 writes): a
+/// time beyond them, which a store may hold for an entry delayed by
+/// centuries, shows as the first or last millisecond of that range.
+pub(crate) fn utc(at: SystemTime) -> chrono::DateTime<chrono::Utc> {
+    /// 0000-01-01T00:00:00.000Z and 9999-12-31T23:59:59.999Z, in ms.
+    const FIRST: i64 = -62_167_219_200_000;
+    const LAST: i64 = 253_402_300_799_999;
+    let ms = match at.duration_since(UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
+        Err(before) => i64::try_from(before.duration().as_millis()).map_or(i64::MIN, |ms| -ms),
+    };
+    chrono::DateTime::from_timestamp_millis(ms.clamp(FIRST, LAST)).unwrap_or_default()
 }
 
 /// A clock offset in seconds as `+0.4 ms`, `-1.25 s`.

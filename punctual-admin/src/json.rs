@@ -561,7 +561,7 @@ pub(crate) struct ErrorJson {
 
 /// `at` in RFC 3339, UTC, to the millisecond: `2025-06-01T12:00:03.250Z`.
 pub(crate) fn rfc3339(at: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(at).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    crate::fmt::utc(at).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 #[cfg(test)]
@@ -573,5 +573,14 @@ mod tests {
     fn times_are_rfc3339_utc_to_the_millisecond() {
         let at = UNIX_EPOCH + Duration::from_millis(1_748_779_203_250);
         assert_eq!(rfc3339(at), "2025-06-01T12:00:03.250Z");
+    }
+
+    #[test]
+    fn times_beyond_the_year_9999_are_kept_to_it() {
+        let far = UNIX_EPOCH + Duration::from_millis(9_000_000_000_000_000);
+        assert_eq!(rfc3339(far), "9999-12-31T23:59:59.999Z");
+        let early = UNIX_EPOCH - Duration::from_secs(70_000_000_000);
+        assert_eq!(rfc3339(early), "0000-01-01T00:00:00.000Z");
+        assert_eq!(crate::fmt::absolute(far), "9999-12-31 23:59:59 UTC");
     }
 }

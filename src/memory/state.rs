@@ -240,6 +240,16 @@ pub(crate) struct Rules {
     pub(crate) keep: u64,
 }
 
+/// When live entry `e` is due (its lease end while leased); a parked tick
+/// (see `State::park_tick`): its instant, when it is due once resumed.
+fn due_of(e: &Entry) -> u64 {
+    if e.key.0 >= PARKED {
+        e.tick.unwrap_or(e.key.0)
+    } else {
+        e.key.0
+    }
+}
+
 /// The reason of an entry past its deliveries.
 fn past_limit(limit: u32) -> String {
     format!("not acked after {limit} deliveries")
@@ -558,14 +568,7 @@ impl State {
     /// When entry `id` is due (its lease end while leased); `None` if it is
     /// absent or dead.
     pub(crate) fn deadline(&self, id: &str) -> Option<u64> {
-        // A parked tick is due at its instant once resumed.
-        self.entries.get(id).filter(|e| !e.dead).map(|e| {
-            if e.key.0 >= PARKED {
-                e.tick.unwrap_or(e.key.0)
-            } else {
-                e.key.0
-            }
-        })
+        self.entries.get(id).filter(|e| !e.dead).map(due_of)
     }
 
     /// Leases that ran out by `now` give their places back; their entries
@@ -1059,7 +1062,7 @@ impl State {
         self.entries
             .get(name)
             .filter(|e| e.tick.is_some() && e.token.is_none() && !e.dead)
-            .map(|e| e.key.0)
+            .map(due_of)
     }
 
     /// As `extend`, telling a lease lost to a cancel from one lost
