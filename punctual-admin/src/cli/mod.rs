@@ -1697,9 +1697,11 @@ mod tests {
         loop {
             let s = q.stats().await.unwrap();
             let w = q.workers().await.unwrap();
+            // The record as of a heartbeat after the others ended (one
+            // made while they ran lists them too).
             let listed = w
                 .first()
-                .is_some_and(|w| w.running.iter().any(|r| r.id == "slow"));
+                .is_some_and(|w| w.running.len() == 1 && w.running[0].id == "slow");
             if s.dead == 2 && s.leased == 1 && listed {
                 break;
             }
@@ -1801,19 +1803,31 @@ mod tests {
             "{text}"
         );
 
-        // Dead letters newest first; requeue with a delay.
+        // Dead letters newest first (the two died in whichever order their
+        // handlers ended: the oldest-first listing, reversed); requeue with
+        // a delay.
+        let ids_of = |page: &Value| -> Vec<String> {
+            page["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["id"].as_str().unwrap().to_owned())
+                .collect()
+        };
         let newest = doc(run(&[
             "entries", "renders", "--state", "dead", "--order", "newest", "--json",
         ])
         .await
         .unwrap());
-        let ids: Vec<&str> = newest["entries"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["id"].as_str().unwrap())
-            .collect();
-        assert_eq!(ids, ["dead-2", "dead-1"]);
+        let oldest = doc(run(&["entries", "renders", "--state", "dead", "--json"])
+            .await
+            .unwrap());
+        let mut reversed = ids_of(&oldest);
+        reversed.reverse();
+        let mut both = ids_of(&newest);
+        assert_eq!(both, reversed);
+        both.sort();
+        assert_eq!(both, ["dead-1", "dead-2"]);
         let now = q.now().await.unwrap();
         assert_eq!(
             run(&["requeue", "renders", "dead-1", "--delay", "10m"])
