@@ -1283,7 +1283,9 @@ BEGIN
     IF v_unique_ids IS NOT NULL THEN
         PERFORM __SCHEMA__.keep_taken(p_queue, v_unique_ids, v_unique_ms, p_now);
     END IF;
-    IF v_keys IS NOT NULL THEN
+    -- (Only a key's concurrency limit makes a freed place worth telling.)
+    IF v_keys IS NOT NULL
+       AND EXISTS (SELECT 1 FROM __SCHEMA__.key_limits l WHERE l.queue = p_queue) THEN
         PERFORM __SCHEMA__.freed(p_queue, p_channel, array_agg(k.key), array_agg(k.n::integer),
             NULL, p_now)
         FROM (SELECT x AS key, count(*) AS n FROM unnest(v_keys) AS x GROUP BY x) AS k;
@@ -2238,8 +2240,11 @@ BEGIN
         INTO head, more, locked, ids, vals, attempts, deadlines, lease_ends, schedule_recs,
              whys, keys, priorities
         FROM __SCHEMA__.claim_fair(p_queue, p_max, p_lease, p_limit, p_token, p_channel, now) f;
-        traces := ARRAY(SELECT d.trace FROM unnest(ids) WITH ORDINALITY AS u(id, o)
-                        LEFT JOIN __SCHEMA__.entries d ON d.queue = p_queue AND d.id = u.id
+        -- One lookup by id each (a join planned once, generic, read the
+        -- queue's rows: 2 ms of a claim of 8).
+        traces := ARRAY(SELECT (SELECT d.trace FROM __SCHEMA__.entries d
+                                WHERE d.queue = p_queue AND d.id = u.id)
+                        FROM unnest(ids) WITH ORDINALITY AS u(id, o)
                         ORDER BY u.o);
         RETURN;
     END IF;
