@@ -1283,12 +1283,15 @@ BEGIN
     IF v_unique_ids IS NOT NULL THEN
         PERFORM __SCHEMA__.keep_taken(p_queue, v_unique_ids, v_unique_ms, p_now);
     END IF;
-    -- (Only a key's concurrency limit makes a freed place worth telling.)
-    IF v_keys IS NOT NULL
-       AND EXISTS (SELECT 1 FROM __SCHEMA__.key_limits l WHERE l.queue = p_queue) THEN
-        PERFORM __SCHEMA__.freed(p_queue, p_channel, array_agg(k.key), array_agg(k.n::integer),
-            NULL, p_now)
-        FROM (SELECT x AS key, count(*) AS n FROM unnest(v_keys) AS x GROUP BY x) AS k;
+    -- (Only a key's concurrency limit makes a freed place worth telling.
+    -- Two IFs: a condition with a subquery runs as a statement, a plain
+    -- one as a simple expression, so a plain finish pays nothing.)
+    IF v_keys IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM __SCHEMA__.key_limits l WHERE l.queue = p_queue) THEN
+            PERFORM __SCHEMA__.freed(p_queue, p_channel, array_agg(k.key),
+                array_agg(k.n::integer), NULL, p_now)
+            FROM (SELECT x AS key, count(*) AS n FROM unnest(v_keys) AS x GROUP BY x) AS k;
+        END IF;
     END IF;
     IF cardinality(v_acked) = v_n THEN
         results := array_fill(1, ARRAY[v_n]);
