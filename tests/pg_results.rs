@@ -136,8 +136,9 @@ async fn results_history_and_paused_schedules_survive_a_kill_9_and_restart() {
     assert!(q.entry(&dead).await.unwrap().unwrap().errors.is_empty());
 }
 
-/// A schema of VERSION 7 (no results, waits, cancels, workers or minutes;
-/// entries and schedules without the new columns) is upgraded by `build`,
+/// A schema of VERSION 7 (no results, waits, cancels, workers, schedule
+/// runs or minutes; entries and schedules without the new columns) is
+/// upgraded by `build`,
 /// its entries, leases and schedules kept, and everything new works on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_at_version_7_migrates_to_8_with_its_entries() {
@@ -157,10 +158,10 @@ async fn a_schema_at_version_7_migrates_to_8_with_its_entries() {
     );
     // Back to what VERSION 7 had.
     db.psql(&format!(
-        "DROP TABLE {s}.results, {s}.waits, {s}.cancels, {s}.workers, {s}.minutes; \
+        "DROP TABLE {s}.results, {s}.waits, {s}.cancels, {s}.workers, {s}.minutes, \
+         {s}.schedule_runs; \
          ALTER TABLE {s}.entries DROP COLUMN trace, DROP COLUMN errors, DROP COLUMN schedule; \
-         ALTER TABLE {s}.schedules DROP COLUMN paused, DROP COLUMN last_run, \
-         DROP COLUMN last_outcome; \
+         ALTER TABLE {s}.schedules DROP COLUMN paused; \
          DROP FUNCTION {s}.lookup(text, text, bigint); \
          UPDATE {s}.meta SET version = 7"
     ));
@@ -264,4 +265,40 @@ async fn a_finish_notifies_only_the_ids_waited_for() {
     }
     assert!(pushed, "no push for the id waited for");
     assert_eq!(waiter.await.unwrap().unwrap().state, Finished::Done);
+}
+
+/// A tick's last run is recorded while another transaction holds its
+/// schedule's row (as `schedule`, `unschedule` and `pause_schedule` do
+/// before they lock the tick): the ack neither waits for that row nor
+/// loses the record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticks_last_run_is_kept_while_its_schedules_row_is_held() {
+    use punctual::postgres::sqlx;
+    let db = PgDb::new();
+    let schema = schema();
+    let q = open(&db.url(), &schema, "runs", Duration::ZERO).await;
+    assert!(
+        q.schedule_every("tick", ms(100), MissedTicks::Skip, &1)
+            .await
+            .unwrap()
+    );
+    let other = sqlx::PgPool::connect(&db.url()).await.unwrap();
+    let mut holder = other.begin().await.unwrap();
+    sqlx::query(&format!(
+        "SELECT 1 FROM \"{schema}\".schedules WHERE queue = 'runs' AND name = 'tick' FOR UPDATE"
+    ))
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+    let tick = q.take().await.unwrap();
+    let acked = tokio::time::timeout(PATIENCE, tick.ack()).await;
+    assert!(
+        acked
+            .expect("the ack waited for the schedule's row")
+            .unwrap()
+    );
+    holder.commit().await.unwrap();
+    let info = q.schedules().await.unwrap().remove(0);
+    assert_eq!(info.last_outcome, Some(Finished::Done), "{info:?}");
+    assert!(info.last_run.is_some(), "{info:?}");
 }

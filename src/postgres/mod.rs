@@ -211,19 +211,19 @@
 //! | `<schema>.waits` | an id a [`wait`](PgQueue::wait) looks for | `queue`, `id` (primary key); `until` (ms) |
 //! | `<schema>.cancels` | a lease revoked by [`cancel`](PgQueue::cancel), for its holder's next extension | `queue`, `id` (primary key); `token`; `until` (ms) |
 //! | `<schema>.workers` | a worker's record | `queue`, `id` (primary key); `record` (JSON); `first`, `last` (ms: first and last heard of); `expires` (ms: three refresh periods after `last`); `gone` (shut down: kept a minute) |
+//! | `<schema>.schedule_runs` | a schedule's last run, written by the finish of its tick | `queue`, `name` (primary key); `last_run` (ms: when its last finished tick was claimed); `last_outcome` (`d` done, `x` dead, `c` cancelled) |
 //! | `<schema>.minutes` | the counts of one minute, by the backend that wrote them | `queue`, `at` (ms), `shard` (backend pid) (primary key); `inserted`, `done`, `failed`, `dead` |
 //! | `<schema>.meta` | the schema's version | `version` |
 //!
 //! `entries` also has `trace` (the inserting span's trace context),
 //! `errors` (its last 10 failed attempts, JSON `[[attempt, at, reason],
 //! ...]`) and `schedule` (a dead tick's schedule); `schedules` also has
-//! `paused`, `last_run` (ms: when its last finished tick was claimed) and
-//! `last_outcome` (`d`, `x`, `c`).
+//! `paused`.
 //!
 //! The schema's version is 8: VERSION 8 added the tables `results`,
-//! `waits`, `cancels`, `workers` and `minutes`, the columns `trace`,
-//! `errors`, `schedule` of `entries` and `paused`, `last_run`,
-//! `last_outcome` of `schedules` (no rewrite of either table); the upgrade
+//! `waits`, `cancels`, `workers`, `schedule_runs` and `minutes`, the
+//! columns `trace`, `errors`, `schedule` of `entries` and `paused` of
+//! `schedules` (no rewrite of either table); the upgrade
 //! from VERSION 7 (or older) keeps every entry, lease and schedule. The
 //! functions' new parameters have defaults, so a client of another
 //! language that calls `insert`, `insert_many`, `insert_plans`, `claim` or

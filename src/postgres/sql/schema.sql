@@ -189,12 +189,24 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.schedules (
     PRIMARY KEY (queue, name)
 );
 -- VERSION 8: a schedule paused one by one (its pending tick parked, see
--- PARKED), and its last run (when its last finished tick was claimed) and
--- how that ended ('d' done, 'x' dead, 'c' cancelled).
+-- PARKED).
 ALTER TABLE __SCHEMA__.schedules
-    ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false,
-    ADD COLUMN IF NOT EXISTS last_run bigint,
-    ADD COLUMN IF NOT EXISTS last_outcome text;
+    ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false;
+
+-- VERSION 8: a schedule's last run (when its last finished tick was
+-- claimed) and how that ended ('d' done, 'x' dead, 'c' cancelled). Apart
+-- from `schedules`: a finish writes it while it holds the tick's row, and
+-- schedule(), unschedule and pause_schedule lock the schedule's row before
+-- the tick's, so a finish that waited for the schedule's row could
+-- deadlock with them; no one locks a row of this table but a finish of
+-- the schedule's one tick, and the removal of the schedule after it.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.schedule_runs (
+    queue text COLLATE "C" NOT NULL,
+    name  text COLLATE "C" NOT NULL,
+    last_run bigint,
+    last_outcome text NOT NULL,
+    PRIMARY KEY (queue, name)
+);
 
 -- VERSION 8: the inserting span's trace context ('<traceparent>[
 -- <tracestate>]'), an entry's last failed attempts (a JSON array of
@@ -780,8 +792,11 @@ BEGIN
         DELETE FROM __SCHEMA__.entries e
         WHERE e.queue = p_queue AND e.id = p_id AND e.tick IS NOT NULL;
         -- An ack that holds the tick turns it into its successor in place:
-        -- this waits for it, then deletes the successor.
-        RETURN v_found OR FOUND;
+        -- this waits for it, then deletes the successor (and then the last
+        -- run it recorded).
+        v_found := v_found OR FOUND;
+        DELETE FROM __SCHEMA__.schedule_runs r WHERE r.queue = p_queue AND r.name = p_id;
+        RETURN v_found;
     END IF;
     -- A schedule's row before its tick, in the order schedule() and
     -- unschedule lock them: a remove racing either never deadlocks.
@@ -797,6 +812,7 @@ BEGIN
         DELETE FROM __SCHEMA__.schedules s WHERE s.queue = p_queue AND s.name = p_id;
         DELETE FROM __SCHEMA__.entries e
         WHERE e.queue = p_queue AND e.id = p_id AND e.tick IS NOT NULL;
+        DELETE FROM __SCHEMA__.schedule_runs r WHERE r.queue = p_queue AND r.name = p_id;
     END IF;
     IF v_unique IS NOT NULL THEN
         PERFORM __SCHEMA__.keep_taken(p_queue, ARRAY[p_id], ARRAY[v_unique], v_now);
@@ -1011,18 +1027,18 @@ BEGIN
 END $$;
 
 -- Records the last run of schedule `p_name` (its tick claimed at
--- `p_since`, ended `p_outcome`), unless another transaction holds the
--- schedule's row: a finish holds its tick's row, and unschedule, schedule
--- and pause_schedule lock the schedule's row before the tick's, so a wait
--- here could deadlock (such a race loses the record, or the schedule is
--- going anyway).
+-- `p_since`, the one before kept when NULL; ended `p_outcome`) in
+-- `schedule_runs`, never waiting for the schedule's row (see there). A
+-- schedule removed meanwhile: its removal deletes the record after the
+-- tick's row, so after this.
 CREATE OR REPLACE FUNCTION __SCHEMA__.last_run(p_queue text, p_name text, p_since bigint,
     p_outcome text) RETURNS void LANGUAGE sql AS $$
-    UPDATE __SCHEMA__.schedules s SET last_run = coalesce(p_since, s.last_run),
-        last_outcome = p_outcome
-    FROM (SELECT x.name FROM __SCHEMA__.schedules x WHERE x.queue = p_queue AND x.name = p_name
-          FOR UPDATE SKIP LOCKED) AS held
-    WHERE s.queue = p_queue AND s.name = held.name;
+    INSERT INTO __SCHEMA__.schedule_runs AS r (queue, name, last_run, last_outcome)
+    SELECT p_queue, p_name, p_since, p_outcome
+    WHERE EXISTS (SELECT 1 FROM __SCHEMA__.schedules s
+                  WHERE s.queue = p_queue AND s.name = p_name)
+    ON CONFLICT (queue, name) DO UPDATE
+    SET last_run = coalesce(excluded.last_run, r.last_run), last_outcome = excluded.last_outcome;
 $$;
 
 -- Moves entry `e` to the dead letters with `p_reason`. A tick is copied to
@@ -2568,9 +2584,7 @@ BEGIN
         PERFORM pg_notify(p_channel, 'c');
     END IF;
     IF e.tick IS NOT NULL THEN
-        UPDATE __SCHEMA__.schedules s SET last_run = coalesce(e.since, s.last_run),
-            last_outcome = 'c'
-        WHERE s.queue = p_queue AND s.name = p_id;
+        PERFORM __SCHEMA__.last_run(p_queue, p_id, e.since, 'c');
     END IF;
     PERFORM __SCHEMA__.keep_result(p_queue, p_id, 'c', v_now, e.attempt, NULL, NULL);
     PERFORM __SCHEMA__.push_finished(p_queue, p_channel, ARRAY[p_id]);
@@ -2684,6 +2698,11 @@ BEGIN
     INSERT INTO __SCHEMA__.schedules (queue, name, rec, value)
     VALUES (p_queue, p_name, p_rec, p_value)
     ON CONFLICT (queue, name) DO UPDATE SET rec = excluded.rec, value = excluded.value;
+    IF v_old.name IS NULL THEN
+        -- A new schedule has no last run (one of an old schedule of this
+        -- name, recorded as it was removed, goes).
+        DELETE FROM __SCHEMA__.schedule_runs r WHERE r.queue = p_queue AND r.name = p_name;
+    END IF;
     IF NOT v_move THEN
         -- The pending tick keeps its instant, and takes the new value.
         UPDATE __SCHEMA__.entries d SET value = p_value
@@ -2714,9 +2733,10 @@ RETURNS TABLE (name text, rec text, value text, next bigint, paused boolean, las
     SELECT s.name, s.rec, s.value,
         CASE WHEN e.token IS NULL THEN
             CASE WHEN e.run_at >= __SCHEMA__.parked() THEN e.tick ELSE e.run_at END END,
-        s.paused, s.last_run, s.last_outcome
+        s.paused, r.last_run, r.last_outcome
     FROM __SCHEMA__.schedules s
     LEFT JOIN __SCHEMA__.entries e ON e.queue = s.queue AND e.id = s.name AND e.tick IS NOT NULL
+    LEFT JOIN __SCHEMA__.schedule_runs r ON r.queue = s.queue AND r.name = s.name
     WHERE s.queue = p_queue ORDER BY s.name
 $$;
 
@@ -2727,6 +2747,7 @@ $$;
 CREATE OR REPLACE FUNCTION __SCHEMA__.purge(p_queue text) RETURNS void LANGUAGE sql AS $$
     DELETE FROM __SCHEMA__.schedules WHERE queue = p_queue;
     DELETE FROM __SCHEMA__.entries WHERE queue = p_queue;
+    DELETE FROM __SCHEMA__.schedule_runs WHERE queue = p_queue;
     DELETE FROM __SCHEMA__.queues WHERE queue = p_queue;
     DELETE FROM __SCHEMA__.key_limits WHERE queue = p_queue;
     DELETE FROM __SCHEMA__.key_starts WHERE queue = p_queue;
