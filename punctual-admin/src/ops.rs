@@ -840,13 +840,20 @@ impl Ops {
         let snapshot = self.snapshot(id).await?;
         let handle = self.handle(id).await?;
         let mut timeline = Timeline::new(snapshot.now(), snapshot.stats.due);
+        let paused: std::collections::HashSet<String> = handle
+            .schedules()
+            .await?
+            .into_iter()
+            .filter(|s| s.paused)
+            .map(|s| s.name)
+            .collect();
         let mut cursor: Option<Cursor> = None;
         loop {
             let want = (READ_AT_MOST - timeline.read).min(MAX_PAGE);
             let page = handle
                 .entries(EntryState::Pending, cursor.as_ref(), want)
                 .await?;
-            let more = page.entries.iter().all(|e| timeline.add(e));
+            let more = page.entries.iter().all(|e| timeline.add(e, &paused));
             match page.next {
                 Some(next) if more => cursor = Some(next),
                 _ => return Ok(timeline),

@@ -5,8 +5,11 @@
 //! order, and stops at the hour's end or after [`READ_AT_MOST`] entries,
 //! whichever comes first: a bounded number of page reads, whatever the
 //! queue holds. When it stops early the timeline says so (`2000+`) and
-//! covers the hour only up to the last entry read.
+//! covers the hour only up to the last entry read. A paused schedule's
+//! tick is pending but comes due only once resumed (the stores list it
+//! after the others, at its instant): it is left out.
 
+use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 use punctual::durable::EntryInfo;
@@ -64,9 +67,17 @@ impl Timeline {
         }
     }
 
-    /// Counts a pending entry (they come in due order); `false` once the
-    /// entries are past the hour or enough were read, when reading stops.
-    pub(crate) fn add(&mut self, entry: &EntryInfo<Value>) -> bool {
+    /// Counts a pending entry (they come in due order) unless it is the
+    /// tick of a schedule in `paused`; `false` once the entries are past
+    /// the hour or enough were read, when reading stops.
+    pub(crate) fn add(&mut self, entry: &EntryInfo<Value>, paused: &HashSet<String>) -> bool {
+        if entry
+            .schedule
+            .as_ref()
+            .is_some_and(|name| paused.contains(name))
+        {
+            return true;
+        }
         self.add_one(entry.due, entry.attempt, entry.schedule.is_some())
     }
 
@@ -131,6 +142,32 @@ mod tests {
             (t.total(), t.total_text(), t.capped),
             (3, "3".into(), false)
         );
+    }
+
+    #[test]
+    fn a_paused_schedules_tick_is_left_out() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let tick = |name: &str| EntryInfo::<Value> {
+            id: name.to_owned(),
+            state: punctual::durable::EntryState::Pending,
+            due: now + Duration::from_secs(90),
+            lease_until: None,
+            died_at: None,
+            attempt: 0,
+            schedule: Some(name.to_owned()),
+            last_error: None,
+            value: None,
+            key: None,
+            priority: 0,
+            started_at: None,
+            worker: None,
+            errors: Vec::new(),
+        };
+        let paused: HashSet<String> = ["nightly".to_owned()].into();
+        let mut t = Timeline::new(now, 0);
+        assert!(t.add(&tick("nightly"), &paused));
+        assert!(t.add(&tick("hourly"), &paused));
+        assert_eq!((t.minutes[1].ticks, t.total(), t.read), (1, 1, 1));
     }
 
     #[test]

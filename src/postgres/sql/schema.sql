@@ -2613,6 +2613,10 @@ BEGIN
     IF v_paused = p_pause THEN
         RETURN 0;
     END IF;
+    -- Then its tick's row, in the order schedule() and remove() lock them:
+    -- an ack of the tick under way ends first, so the updates below see the
+    -- successor it placed (by the flag it read before this commits).
+    PERFORM 1 FROM __SCHEMA__.entries e WHERE e.queue = p_queue AND e.id = p_name FOR UPDATE;
     UPDATE __SCHEMA__.schedules s SET paused = p_pause WHERE s.queue = p_queue AND s.name = p_name;
     IF p_pause THEN
         UPDATE __SCHEMA__.entries e SET run_at = __SCHEMA__.parked()

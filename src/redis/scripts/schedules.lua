@@ -12,9 +12,11 @@ for i = 1, #all, 2 do
   local e = parse(got[1])
   local next = -1
   if e and e.tick and e.token == '' and e.member ~= '' then
-    next = tonumber(redis.call('ZSCORE', zset_of(e), e.member)) or -1
-    -- A paused schedule's parked tick: its due time is kept aside.
-    if next >= PARKED then next = tonumber(got[4]) or -1 end
+    local score = tonumber(redis.call('ZSCORE', zset_of(e), e.member))
+    -- A paused schedule's parked tick (at PARKED, or out of SCHEDULE where
+    -- an earlier version parked it): its due time is kept aside.
+    if not score or score >= PARKED then score = tonumber(got[4]) end
+    next = score or -1
   end
   out[#out + 1] = {name, all[i + 1], got[2] or '', next, got[3] or '', got[4] and 1 or 0}
 end
