@@ -185,8 +185,15 @@ common::stores::on_every_store! {
         assert_eq!(q.latency().await.unwrap(), None, "{STORE}: a paused tick is not waiting to run");
         let listed = q.entries(EntryState::Pending, None, 10).await.unwrap().entries;
         assert_eq!(listed.iter().map(|e| (e.id.as_str(), e.due)).collect::<Vec<_>>(), [("tick", due_before)], "{STORE}");
+        // Listed after the entries that will come due, page by page.
+        q.insert_with_id("later", &1, HOUR).await.unwrap();
+        let first = q.entries(EntryState::Pending, None, 1).await.unwrap();
+        assert_eq!(first.entries[0].id, "later", "{STORE}");
+        let rest = q.entries(EntryState::Pending, first.next.as_ref(), 1).await.unwrap();
+        assert_eq!((rest.entries[0].id.as_str(), rest.entries[0].due), ("tick", due_before), "{STORE}");
+        assert!(rest.next.is_none(), "{STORE}");
         assert!(q.resume_schedule("tick").await.unwrap());
-        assert_eq!(counts(q.stats().await.unwrap()), (0, 1, 0), "{STORE}: resumed, its tick is due");
+        assert_eq!(counts(q.stats().await.unwrap()), (1, 1, 0), "{STORE}: resumed, its tick is due");
     }
 
     /// An entry keeps its last failed attempts (attempt, when, why); a
