@@ -21,7 +21,7 @@ mod support;
 
 use std::time::Duration;
 
-use punctual::durable::Worker;
+use punctual::durable::{Durable, Worker};
 use punctual::postgres::PgQueue;
 use punctual::redis::RedisQueue;
 use redis_server::RedisServer;
@@ -42,6 +42,17 @@ async fn redis_drain(url: &str, name: &str, keep: Duration, n: u64) -> f64 {
         .await
         .expect("connect");
     q.purge().await.expect("purge");
+    let rate = fill_and_drain(&q, n).await;
+    q.purge().await.expect("purge");
+    rate
+}
+
+/// Puts `n` due entries in `q`, then drains them with a worker of 8
+/// places and a handler that returns at once: jobs/s.
+async fn fill_and_drain<Q: Durable<Item = u64>>(q: &Q, n: u64) -> f64
+where
+    Q::Error: std::fmt::Debug,
+{
     for chunk in entries(n).chunks(1000) {
         q.insert_many(chunk).await.expect("insert_many");
     }
@@ -51,7 +62,6 @@ async fn redis_drain(url: &str, name: &str, keep: Duration, n: u64) -> f64 {
         .spawn(|_job| async { Ok::<(), String>(()) });
     let took = acked(&worker, n, start).await;
     worker.shutdown(Duration::from_secs(1)).await;
-    q.purge().await.expect("purge");
     n as f64 / took.as_secs_f64()
 }
 
@@ -63,15 +73,7 @@ async fn pg_drain(url: &str, schema: &str, keep: Duration, n: u64) -> f64 {
         .build()
         .await
         .expect("connect");
-    for chunk in entries(n).chunks(1000) {
-        q.insert_many(chunk).await.expect("insert_many");
-    }
-    let start = Instant::now();
-    let worker = Worker::builder(q.clone())
-        .concurrency(8)
-        .spawn(|_job| async { Ok::<(), String>(()) });
-    let took = acked(&worker, n, start).await;
-    worker.shutdown(Duration::from_secs(1)).await;
+    let rate = fill_and_drain(&q, n).await;
     let pool = punctual::postgres::sqlx::PgPool::connect(url)
         .await
         .expect("connect");
@@ -79,7 +81,7 @@ async fn pg_drain(url: &str, schema: &str, keep: Duration, n: u64) -> f64 {
         .execute(&pool)
         .await
         .expect("drop schema");
-    n as f64 / took.as_secs_f64()
+    rate
 }
 
 fn main() {

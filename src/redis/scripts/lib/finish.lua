@@ -136,7 +136,7 @@ local function finish_all(at, n, now, limit, channel)
     if raw and ARGV[at + 7 * i] == 'a' then
       local attempt, token, member = string.match(raw, PLAIN_RECORD)
       if attempt then
-        p_attempt[i + 1], p_token[i + 1], p_member[i + 1] = attempt, token, member
+        p_attempt[i + 1], p_token[i + 1], p_member[i + 1] = tonumber(attempt), token, member
         plain = true
       end
     end
@@ -165,45 +165,34 @@ local function finish_all(at, n, now, limit, channel)
     local o = at + 7 * i
     local kind, id, token = ARGV[o], ARGV[o + 1], ARGV[o + 2]
     local record = records[i + 1]
-    if p_attempt[i + 1] then
-      if token ~= '' and p_token[i + 1] == token then
+    -- An ack of a record without a tick or a unique window: its token,
+    -- member, attempt and whether it has a key or a priority.
+    local r_token, r_member, r_attempt, r_special = p_token[i + 1], p_member[i + 1],
+      p_attempt[i + 1], false
+    if not r_token and kind == 'a' and record and not record.tick and not record.unique then
+      r_token, r_member, r_attempt, r_special = record.token, record.member, record.attempt,
+        special(record)
+    end
+    if r_token then
+      if token ~= '' and r_token == token then
+        -- The same ack twice in one batch: applied once.
         if not seen[id] then
           seen[id] = true
-          members[#members + 1] = p_member[i + 1]
+          if r_special then
+            special_members[#special_members + 1] = r_member
+            special_ids[#special_ids + 1] = id
+            special_records[#special_records + 1] = record
+          else
+            members[#members + 1] = r_member
+          end
           ids[#ids + 1] = id
           gone[#gone + 1] = fields[i + 1]
           gone[#gone + 1] = 'v:' .. id
           gone[#gone + 1] = 'r:' .. id
           -- Failed attempts are kept only by an entry delivered before.
-          if p_attempt[i + 1] ~= '1' then gone[#gone + 1] = 'e:' .. id end
+          if r_attempt > 1 then gone[#gone + 1] = 'e:' .. id end
           if traces then gone[#gone + 1] = 't:' .. id end
-          if KEEP > 0 then kept[#kept + 1] = {id, tonumber(p_attempt[i + 1]), ARGV[o + 6]} end
-        end
-        results[i + 1] = 1
-      else
-        results[i + 1] = 0
-      end
-    elseif kind == 'a' and record and not record.tick and not record.unique then
-      if token ~= '' and record.token == token then
-        if seen[id] then
-          -- The same ack twice in one batch: applied once.
-        elseif special(record) then
-          special_members[#special_members + 1] = record.member
-          special_ids[#special_ids + 1] = id
-          special_records[#special_records + 1] = record
-        else
-          members[#members + 1] = record.member
-        end
-        if not seen[id] then
-          seen[id] = true
-          ids[#ids + 1] = id
-          gone[#gone + 1] = fields[i + 1]
-          gone[#gone + 1] = 'v:' .. id
-          gone[#gone + 1] = 'r:' .. id
-          -- Failed attempts are kept only by an entry delivered before.
-          if record.attempt > 1 then gone[#gone + 1] = 'e:' .. id end
-          if traces then gone[#gone + 1] = 't:' .. id end
-          if KEEP > 0 then kept[#kept + 1] = {id, record.attempt, ARGV[o + 6]} end
+          if KEEP > 0 then kept[#kept + 1] = {id, r_attempt, ARGV[o + 6]} end
         end
         results[i + 1] = 1
       else
